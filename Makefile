@@ -1,0 +1,29 @@
+# Koord-Queue developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
+
+.PHONY: help provision crds build lint test cluster
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+provision: ## Build/fetch the local control plane into $(KOORD_QUEUE_CACHE) (idempotent)
+	@tests/provision/provision.sh >/dev/null
+
+crds: ## Regenerate the CRD manifests in the chart from the Rust types
+	$(CARGO) run -q -p koord-queue-api --bin crdgen
+
+build: ## Build every crate
+	$(CARGO) build --workspace --all-targets
+
+lint: ## rustfmt and clippy (warnings are errors)
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: provision ## Provision what is missing, then run every test of the workspace
+	$(CARGO) test --workspace --all-targets
+
+cluster: provision ## Run a local control plane (tier 2, 3 kwok nodes) until Ctrl-C
+	$(CARGO) run -q -p koord-queue-tests --bin local-cluster

@@ -1,0 +1,35 @@
+//! Well-known labels, annotations and names shared by the webhook, the
+//! scheduler and users' manifests (design §2). Keep these identical to
+//! upstream Koord-Queue so existing manifests keep working.
+
+/// Group of the `Queue` and `QueueUnit` resources.
+pub const GROUP: &str = "scheduling.x-k8s.io";
+/// Version of the `Queue` and `QueueUnit` resources.
+pub const VERSION: &str = "v1alpha1";
+
+/// Namespace that holds every `Queue` (the system namespace).
+pub const SYSTEM_NAMESPACE: &str = "koord-queue";
+
+/// Job label naming the ElasticQuota (and therefore the Queue) of the job;
+/// copied onto the job's QueueUnit.
+pub const QUOTA_NAME_LABEL: &str = "quota.scheduling.koordinator.sh/name";
+/// ElasticQuota label naming its parent quota; absent means the root quota.
+pub const QUOTA_PARENT_LABEL: &str = "quota.scheduling.koordinator.sh/parent";
+/// ElasticQuota label marking an inner node of the tree: no job maps to it.
+pub const QUOTA_IS_PARENT_LABEL: &str = "quota.scheduling.koordinator.sh/is-parent";
+/// Name of Koordinator's root quota; its `max` is the cluster capacity.
+pub const ROOT_QUOTA_NAME: &str = "koordinator-root-quota";
+
+/// Job annotation that holds kinds without a native suspend field; `"true"` = held.
+pub const SUSPEND_ANNOTATION: &str = "scheduling.x-k8s.io/suspend";
+/// Job annotation, set by the webhook, with the name of the job's QueueUnit.
+pub const QUEUE_UNIT_ANNOTATION: &str = "koord-queue/queue-unit";
+/// Namespace label that opts a namespace into queueing.
+pub const ENABLED_NAMESPACE_LABEL: &str = "koord-queue/enabled";
+/// Namespace annotation naming the queue of jobs that name no quota.
+pub const DEFAULT_QUEUE_ANNOTATION: &str = "koord-queue/default-queue";
+/// ElasticQuota label choosing the policy of its auto-created Queue.
+pub const QUEUE_POLICY_LABEL: &str = "koord-queue/queue-policy";
+/// Workflow annotation with the job's total resources as a ResourceList JSON
+/// object (Argo workflows have no pod template to read them from).
+pub const MIN_RESOURCES_ANNOTATION: &str = "koord-queue/min-resources";

