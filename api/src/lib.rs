@@ -4,10 +4,13 @@
 
 pub mod crd;
 pub mod elastic_quota;
+pub mod jobs;
 pub mod keys;
 pub mod queue;
 pub mod queue_unit;
+pub mod resources;
 
 pub use elastic_quota::{ElasticQuota, ElasticQuotaSpec, ElasticQuotaStatus};
 pub use queue::{Queue, QueuePolicy, QueueSpec, QueueStatus};
 pub use queue_unit::{QueueUnit, QueueUnitPhase, QueueUnitSpec, QueueUnitStatus};
+pub use resources::Resources;

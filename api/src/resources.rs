@@ -1,0 +1,319 @@
+//! Resource arithmetic on integers (design §4.4): CPU in millicores, memory
+//! and storage in bytes, everything else (e.g. `nvidia.com/gpu`, `pods`) as a
+//! count. Quantities are parsed exactly as Kubernetes writes them and rounded
+//! up, as Kubernetes does when it converts a quantity to an integer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::queue_unit::ResourceList;
+
+/// A set of resources as integer amounts (see the module documentation for units).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resources(BTreeMap<String, i64>);
+
+/// A quantity that is not valid Kubernetes syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quantity {value:?} for {resource}: {reason}")]
+pub struct QuantityError {
+    /// The resource name.
+    pub resource: String,
+    /// The offending text.
+    pub value: String,
+    /// Why it was refused.
+    pub reason: &'static str,
+}
+
+/// Whether `resource` is measured in thousandths: CPU, also under the
+/// `requests.`/`limits.` names a ResourceQuota uses.
+fn is_milli(resource: &str) -> bool {
+    matches!(resource, "cpu" | "requests.cpu" | "limits.cpu")
+}
+
+/// Parses a Kubernetes quantity into an integer of the resource's unit,
+/// rounding up: millicores for CPU, whole units otherwise.
+pub fn parse_quantity(resource: &str, text: &str) -> Result<i64, QuantityError> {
+    let err = |reason| QuantityError {
+        resource: resource.to_string(),
+        value: text.to_string(),
+        reason,
+    };
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    let (negative, s) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    // Split the number from the suffix.
+    let number_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(number_end);
+    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        return Err(err("not a number"));
+    }
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    // value = digits * 10^(exp10 - frac_len) * 2^exp2
+    let (exp10, exp2): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        s if s.starts_with(['e', 'E']) => {
+            let exp: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
+            if !(-30..=30).contains(&exp) {
+                return Err(err("exponent out of range"));
+            }
+            (exp, 0)
+        }
+        _ => return Err(err("unknown suffix")),
+    };
+    let digits = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 30 {
+        return Err(err("too many digits"));
+    }
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| err("not a number"))?
+    };
+    // Scale to the target unit: thousandths for CPU.
+    let unit_exp10 = if is_milli(resource) { 3 } else { 0 };
+    let exp = exp10 - frac_part.len() as i32 + unit_exp10;
+    let mut value = mantissa
+        .checked_mul(1i128 << exp2)
+        .ok_or_else(|| err("too large"))?;
+    if exp >= 0 {
+        let scale = 10i128
+            .checked_pow(exp as u32)
+            .ok_or_else(|| err("too large"))?;
+        value = value.checked_mul(scale).ok_or_else(|| err("too large"))?;
+    } else {
+        let scale = 10i128
+            .checked_pow((-exp) as u32)
+            .ok_or_else(|| err("too small"))?;
+        // Round up (away from zero for the magnitude), as Kubernetes does.
+        value = (value + scale - 1) / scale;
+    }
+    let value = i64::try_from(value).map_err(|_| err("too large"))?;
+    Ok(if negative { -value } else { value })
+}
+
+/// Renders an integer amount back as a quantity (`500m`, `2`, `1Gi`-free bytes).
+pub fn format_quantity(resource: &str, amount: i64) -> Quantity {
+    if is_milli(resource) {
+        if amount % 1000 == 0 {
+            Quantity((amount / 1000).to_string())
+        } else {
+            Quantity(format!("{amount}m"))
+        }
+    } else {
+        Quantity(amount.to_string())
+    }
+}
+
+impl Resources {
+    /// No resources.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses a ResourceList.
+    pub fn from_list(list: &ResourceList) -> Result<Self, QuantityError> {
+        let mut out = Self::new();
+        for (name, q) in list {
+            out.0.insert(name.clone(), parse_quantity(name, &q.0)?);
+        }
+        Ok(out)
+    }
+
+    /// Renders as a ResourceList (zero amounts omitted).
+    pub fn to_list(&self) -> ResourceList {
+        self.0
+            .iter()
+            .filter(|(_, v)| **v != 0)
+            .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+            .collect()
+    }
+
+    /// Amount of `resource` (0 when absent).
+    pub fn get(&self, resource: &str) -> i64 {
+        self.0.get(resource).copied().unwrap_or(0)
+    }
+
+    /// Sets the amount of `resource`.
+    pub fn set(&mut self, resource: impl Into<String>, amount: i64) {
+        self.0.insert(resource.into(), amount);
+    }
+
+    /// Whether `resource` is named (even with amount 0).
+    pub fn contains(&self, resource: &str) -> bool {
+        self.0.contains_key(resource)
+    }
+
+    /// Iterates `(resource, amount)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    /// Whether every amount is zero.
+    pub fn is_zero(&self) -> bool {
+        self.0.values().all(|v| *v == 0)
+    }
+
+    /// `self += other` (saturating).
+    pub fn add(&mut self, other: &Self) {
+        for (k, v) in &other.0 {
+            let e = self.0.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+    }
+
+    /// `self -= other` (saturating; amounts may go negative only if they were).
+    pub fn sub(&mut self, other: &Self) {
+        for (k, v) in &other.0 {
+            let e = self.0.entry(k.clone()).or_insert(0);
+            *e = e.saturating_sub(*v);
+        }
+    }
+
+    /// `self * n` for every amount (saturating).
+    pub fn scaled(&self, n: i64) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_mul(n)))
+                .collect(),
+        )
+    }
+
+    /// Elementwise maximum with `other`.
+    pub fn max_with(&mut self, other: &Self) {
+        for (k, v) in &other.0 {
+            let e = self.0.entry(k.clone()).or_insert(*v);
+            *e = (*e).max(*v);
+        }
+    }
+}
+
+impl FromIterator<(String, i64)> for Resources {
+    fn from_iter<I: IntoIterator<Item = (String, i64)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, v) in &self.0 {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{k}: {}", format_quantity(k, *v).0)?;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubernetes_quantities() {
+        let cases = [
+            ("cpu", "1", 1000),
+            ("cpu", "100m", 100),
+            ("cpu", "0.5", 500),
+            ("cpu", "1.5", 1500),
+            ("cpu", "2500u", 3),
+            ("cpu", "1e3", 1_000_000),
+            ("cpu", "0.0001", 1),
+            ("memory", "1Gi", 1 << 30),
+            ("memory", "1.5Gi", 3 << 29),
+            ("memory", "128974848", 128_974_848),
+            ("memory", "129e6", 129_000_000),
+            ("memory", "129M", 129_000_000),
+            ("memory", "123Mi", 123 << 20),
+            ("memory", "1k", 1000),
+            ("memory", "1Ki", 1024),
+            ("memory", "500m", 1),
+            ("nvidia.com/gpu", "2", 2),
+            ("pods", "110", 110),
+            ("cpu", "-1", -1000),
+            ("cpu", "+2", 2000),
+            ("cpu", "0", 0),
+            ("cpu", ".5", 500),
+        ];
+        for (res, text, want) in cases {
+            assert_eq!(parse_quantity(res, text), Ok(want), "{res}={text}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_quantities() {
+        for text in [
+            "",
+            "abc",
+            "1.2.3",
+            "1Qi",
+            "1e",
+            "1e99",
+            "--1",
+            ".",
+            "1 Gi",
+            "99999999999999999999999999999999999",
+        ] {
+            assert!(parse_quantity("memory", text).is_err(), "{text:?} accepted");
+        }
+    }
+
+    #[test]
+    fn arithmetic_and_rendering() {
+        let list: ResourceList = [
+            ("cpu".to_string(), Quantity("1500m".into())),
+            ("memory".to_string(), Quantity("1Gi".into())),
+        ]
+        .into();
+        let r = Resources::from_list(&list).unwrap();
+        let mut total = r.scaled(2);
+        assert_eq!(total.get("cpu"), 3000);
+        total.sub(&r);
+        assert_eq!(total, r);
+        let mut m = Resources::from_iter([("cpu".to_string(), 200)]);
+        m.max_with(&Resources::from_iter([
+            ("cpu".to_string(), 100),
+            ("gpu".to_string(), 1),
+        ]));
+        assert_eq!(m.get("cpu"), 200);
+        assert_eq!(m.get("gpu"), 1);
+        assert_eq!(r.to_list()["cpu"].0, "1500m");
+        assert_eq!(
+            Resources::from_iter([("cpu".to_string(), 2000)]).to_list()["cpu"].0,
+            "2"
+        );
+        assert_eq!(r.to_string(), "cpu: 1500m, memory: 1073741824");
+    }
+}
