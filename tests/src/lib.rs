@@ -4,13 +4,16 @@
 //! `tests/provision/provision.sh`, plus helpers the integration suites share.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod background;
 pub mod control_plane;
 pub mod fixtures;
+pub mod job_crds;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;
 pub mod shared;
 pub mod tools;
+pub mod webhook;
 
 pub use control_plane::{ControlPlane, Nodes, Tier};
 

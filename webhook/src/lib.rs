@@ -1,1 +1,212 @@
-//! Koord-Queue webhook.
+//! Koord-Queue's mutating admission webhook (design §6).
+//!
+//! On CREATE of an enabled job kind in an opted-in namespace it answers with a
+//! JSON Patch that holds the job and names its QueueUnit, and creates that
+//! QueueUnit; on UPDATE it refuses to lift the hold of a job whose unit has not
+//! been released, unless the scheduler asks. A job in an opted-in namespace is
+//! therefore never seen unsuspended, not even for a moment.
+
+mod admit;
+mod api_access;
+mod args;
+mod caches;
+mod metrics;
+mod policy;
+mod server;
+mod service;
+mod view;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use koord_queue_certs::{CertPaths, CertReloader};
+use koord_queue_runtime::{AdminServer, Readiness, admin_router, init_logging, shutdown_signal};
+use prometheus_client::registry::Registry;
+
+pub use admit::{Verdict, decide, unit_name};
+pub use api_access::{ApiAccess, Created, KubeApi};
+pub use args::Args;
+pub use caches::Caches;
+pub use metrics::Metrics;
+pub use policy::Policy;
+pub use server::{router, serve_tls};
+pub use service::Webhook;
+pub use view::{ClusterView, QuotaInfo};
+
+/// Readiness condition: informer caches have their initial lists.
+const CACHES_SYNCED: &str = "caches synced";
+/// Readiness condition: a serving certificate is loaded.
+const CERT_LOADED: &str = "serving certificate loaded";
+
+/// Runs the webhook until SIGTERM/SIGINT; the exit code says how it ended.
+pub async fn run(args: Args) -> ExitCode {
+    init_logging(args.log_format, &args.log_level);
+    koord_queue_certs::install_crypto_provider();
+    let result = async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
+        let running = start(args, client).await?;
+        shutdown_signal().await;
+        running.shutdown().await
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("koord-queue-webhook: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A started webhook.
+#[derive(Debug)]
+pub struct Running {
+    /// Bound address of the admission endpoint.
+    pub listen_addr: SocketAddr,
+    /// Bound address of the admin endpoint.
+    pub admin_addr: SocketAddr,
+    /// Readiness as `/readyz` reports it.
+    pub readiness: Readiness,
+    handle: axum_server::Handle<SocketAddr>,
+    drain_timeout: Duration,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Becomes unready at once, lets in-flight reviews finish (within the
+    /// drain timeout) and stops.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.readiness.start_draining();
+        self.handle.graceful_shutdown(Some(self.drain_timeout));
+        let result = self.serving.await;
+        for task in self.background {
+            task.abort();
+        }
+        result??;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Starts the webhook on the current runtime with `client`: binds both
+/// ports (failing fast on a bad certificate or a taken port), starts the
+/// caches and serves.
+pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> {
+    let Args {
+        listen_addr,
+        admin_addr,
+        tls_dir,
+        cert_reload_interval,
+        enabled_kinds,
+        default_queue,
+        scheduler_user,
+        scheduler_groups,
+        max_body_bytes,
+        review_timeout,
+        header_timeout,
+        max_concurrent_creates,
+        drain_timeout,
+        log_format: _,
+        log_level: _,
+    } = args;
+    koord_queue_certs::install_crypto_provider();
+
+    let known: Vec<&str> = koord_queue_api::jobs::all()
+        .iter()
+        .map(|a| a.kind().extension)
+        .collect();
+    if let Some(bad) = enabled_kinds.iter().find(|k| !known.contains(&k.as_str())) {
+        anyhow::bail!(
+            "--enabled-kinds: unknown kind {bad:?} (known: {})",
+            known.join(", ")
+        );
+    }
+
+    let (reloader, tls) = CertReloader::load(CertPaths::in_dir(&tls_dir)).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot load the serving certificate from {}: {e}",
+            tls_dir.display()
+        )
+    })?;
+    let admin = AdminServer::bind(admin_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot bind the admin address {admin_addr}: {e}"))?;
+    let admin_addr = admin.local_addr()?;
+    let listener = std::net::TcpListener::bind(listen_addr)
+        .map_err(|e| anyhow::anyhow!("cannot bind {listen_addr}: {e}"))?;
+    listener.set_nonblocking(true)?;
+    let listen_addr = listener.local_addr()?;
+
+    let readiness = Readiness::new(&[CACHES_SYNCED, CERT_LOADED]);
+    readiness.set(CERT_LOADED, true);
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let registry = Arc::new(Mutex::new(registry));
+    let admin_readiness = readiness.clone();
+    let mut background = vec![tokio::spawn(async move {
+        if let Err(error) = admin.serve(admin_router(admin_readiness, registry)).await {
+            tracing::error!(%error, "admin server failed");
+        }
+    })];
+
+    let caches = Caches::start(client.clone());
+    let webhook = Arc::new(Webhook {
+        policy: Policy {
+            enabled_kinds: enabled_kinds.into_iter().collect(),
+            default_queue,
+            scheduler_user,
+            scheduler_groups,
+        },
+        view: Arc::new(caches.clone()),
+        api: Arc::new(KubeApi::new(client)),
+        metrics,
+        create_slots: tokio::sync::Semaphore::new(max_concurrent_creates.max(1)),
+        review_timeout,
+        synced: Default::default(),
+    });
+    {
+        let (readiness, webhook) = (readiness.clone(), webhook.clone());
+        background.push(tokio::spawn(async move {
+            caches.synced().await;
+            webhook
+                .synced
+                .store(true, std::sync::atomic::Ordering::Release);
+            readiness.set(CACHES_SYNCED, true);
+            tracing::info!("caches synced; ready");
+        }));
+    }
+
+    let rustls = RustlsConfig::from_config(Arc::new(tls));
+    background.push(tokio::spawn(server::reload_certificates(
+        reloader,
+        rustls.clone(),
+        cert_reload_interval,
+    )));
+
+    let handle = axum_server::Handle::new();
+    tracing::info!(%listen_addr, %admin_addr, "serving admission reviews");
+    let app = router(webhook, max_body_bytes);
+    let serving = tokio::spawn(serve_tls(
+        listener,
+        rustls,
+        app,
+        header_timeout,
+        handle.clone(),
+    ));
+    Ok(Running {
+        listen_addr,
+        admin_addr,
+        readiness,
+        handle,
+        drain_timeout,
+        serving,
+        background,
+    })
+}

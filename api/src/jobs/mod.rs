@@ -11,6 +11,21 @@ use serde_json::Value;
 
 use crate::resources::{QuantityError, Resources};
 
+pub mod argo;
+pub mod batch_job;
+pub mod json;
+pub mod kubeflow;
+pub mod pod_request;
+pub mod ray;
+pub mod registry;
+pub mod spark;
+#[cfg(test)]
+mod test_support;
+
+pub use json::{annotation, remove_annotation, set_annotation, set_path};
+pub use pod_request::{pod_spec_requests, pod_template_requests};
+pub use registry::{all, extensions, for_api_version, for_extension, for_kind};
+
 /// Identity of a job kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct JobKind {
@@ -91,16 +106,144 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// Edits `job` so that it is released (design §5 "Release"). Idempotent.
     fn release(&self, job: &mut Value);
 
-    /// Whether `job` is held.
+    /// Whether `job` is held: every marker that [`JobAdapter::hold`] sets is
+    /// present, so removing any one of them (say, the suspend annotation)
+    /// counts as lifting the hold. For kinds held by the annotation plus a
+    /// newer native field (Kubeflow, Spark) an absent field still holds, since
+    /// older CRDs prune it; setting it to `false` does not.
     fn is_held(&self, job: &Value) -> bool;
 
-    /// The job's pod sets with counts, templates and per-pod resources.
+    /// The job's pod sets with counts, templates and per-pod resources. A
+    /// field of the wrong shape (a string count, a negative count, a template
+    /// that is not an object, an invalid quantity) is an
+    /// [`AdapterError::Invalid`] naming its JSON path.
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError>;
 
     /// The job's state from its status.
     fn state(&self, job: &Value) -> JobState;
 
-    /// Name of the job's PriorityClass (default: the first pod set template's
-    /// `spec.priorityClassName`).
+    /// Name of the job's PriorityClass: a job-level setting where the kind has
+    /// one (Kubeflow `runPolicy.schedulingPolicy.priorityClass`, Argo
+    /// `podPriorityClassName`), else the first pod template that names one.
+    /// `None` means the cluster's global default class applies.
     fn priority_class_name(&self, job: &Value) -> Option<String>;
+}
+
+/// Total resources of a job: each pod set's per-pod resources times its count.
+pub fn total_resources(pod_sets: &[PodSetInfo]) -> Resources {
+    let mut total = Resources::new();
+    for set in pod_sets {
+        total.add(&set.per_pod.scaled(i64::from(set.count)));
+    }
+    total
+}
+
+/// The adapter of the first ownerReference of `job` (controller or not) that
+/// points to a supported job kind, if any: a RayJob's RayCluster, an MPIJob's
+/// launcher Job, a Job that a Workflow created. Such objects are queued through
+/// their owner and must not be queued twice.
+pub fn managed_owner(job: &Value) -> Option<&'static dyn JobAdapter> {
+    json::get_path(job, &["metadata", "ownerReferences"])?
+        .as_array()?
+        .iter()
+        .find_map(|owner| {
+            let api_version = owner.get("apiVersion")?.as_str()?;
+            let kind = owner.get("kind")?.as_str()?;
+            for_api_version(api_version, kind)
+        })
+}
+
+/// Whether any ownerReference of `job` points to a supported job kind (see
+/// [`managed_owner`]).
+pub fn owned_by_managed_job(job: &Value) -> bool {
+    managed_owner(job).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn owned_by(owners: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "ownerReferences": owners}})
+    }
+
+    fn owner(api_version: &str, kind: &str, controller: bool) -> Value {
+        json!({"apiVersion": api_version, "kind": kind, "name": "o", "uid": "1", "controller": controller})
+    }
+
+    #[test]
+    fn objects_owned_by_managed_jobs_are_recognised() {
+        for (api_version, kind) in [
+            ("ray.io/v1", "RayJob"),
+            ("kubeflow.org/v2beta1", "MPIJob"),
+            ("argoproj.io/v1alpha1", "Workflow"),
+            ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
+            ("batch/v1", "Job"),
+        ] {
+            assert!(
+                owned_by_managed_job(&owned_by(json!([owner(api_version, kind, true)]))),
+                "{kind}"
+            );
+        }
+        // Not a controller, and not the first owner: still owned.
+        let job = owned_by(json!([
+            owner("apps/v1", "ReplicaSet", true),
+            owner("ray.io/v1alpha1", "RayJob", false),
+        ]));
+        assert_eq!(managed_owner(&job).map(|a| a.kind().kind), Some("RayJob"));
+    }
+
+    #[test]
+    fn other_owners_are_not_managed() {
+        for owners in [
+            json!([owner("batch/v1", "CronJob", true)]),
+            json!([owner("v1", "Job", true)]),
+            json!([owner("example.com/v1", "RayJob", true)]),
+            json!([owner(
+                "sparkoperator.k8s.io/v1beta2",
+                "ScheduledSparkApplication",
+                true
+            )]),
+            json!([{"kind": "RayJob"}]),
+            json!([]),
+            json!("bogus"),
+        ] {
+            assert!(!owned_by_managed_job(&owned_by(owners.clone())), "{owners}");
+        }
+        assert!(!owned_by_managed_job(&json!({"metadata": {}})));
+        assert!(!owned_by_managed_job(&json!(null)));
+    }
+
+    #[test]
+    fn total_multiplies_and_sums() {
+        let r = |cpu: i64, mem: i64| {
+            Resources::from_iter([("cpu".to_string(), cpu), ("memory".to_string(), mem)])
+        };
+        let sets = [
+            PodSetInfo {
+                name: "head".into(),
+                count: 1,
+                template: json!({}),
+                per_pod: r(2000, 4 << 30),
+            },
+            PodSetInfo {
+                name: "worker".into(),
+                count: 3,
+                template: json!({}),
+                per_pod: r(4000, 8 << 30),
+            },
+            PodSetInfo {
+                name: "idle".into(),
+                count: 0,
+                template: json!({}),
+                per_pod: r(1000, 1),
+            },
+        ];
+        let total = total_resources(&sets);
+        assert_eq!(total.get("cpu"), 14_000);
+        assert_eq!(total.get("memory"), 28 << 30);
+        assert!(total_resources(&[]).is_zero());
+    }
 }

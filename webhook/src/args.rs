@@ -1,0 +1,102 @@
+//! Command-line flags; every flag can also be set through its environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use koord_queue_runtime::{LogFormat, parse_duration};
+
+/// Flags of `koord-queue-webhook`.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(
+    name = "koord-queue-webhook",
+    version,
+    about = "Koord-Queue admission webhook"
+)]
+pub struct Args {
+    /// Address of the HTTPS admission endpoint (`POST /mutate`).
+    #[arg(long, env = "KQ_WEBHOOK_LISTEN_ADDR", default_value = "0.0.0.0:9443")]
+    pub listen_addr: SocketAddr,
+
+    /// Address of the admin endpoint (`/livez`, `/readyz`, `/metrics`, plain HTTP).
+    #[arg(long, env = "KQ_WEBHOOK_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: SocketAddr,
+
+    /// Directory holding the serving certificate as `tls.crt` and `tls.key`
+    /// (a mounted `kubernetes.io/tls` Secret).
+    #[arg(
+        long,
+        env = "KQ_WEBHOOK_TLS_DIR",
+        default_value = "/etc/koord-queue/tls"
+    )]
+    pub tls_dir: PathBuf,
+
+    /// How often the serving certificate files are re-read to pick up a rotation.
+    #[arg(long, env = "KQ_WEBHOOK_CERT_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+
+    /// Job kinds to queue, by their chart extension key
+    /// (batchjob, tf, pytorch, mpi, ray, spark, argo). Comma-separated.
+    #[arg(
+        long,
+        env = "KQ_WEBHOOK_ENABLED_KINDS",
+        value_delimiter = ',',
+        default_value = "batchjob,tf,pytorch,mpi,ray,spark,argo"
+    )]
+    pub enabled_kinds: Vec<String>,
+
+    /// Queue of jobs that name no quota in a namespace without a
+    /// `koord-queue/default-queue` annotation. Unset: such jobs are refused.
+    #[arg(long, env = "KQ_WEBHOOK_DEFAULT_QUEUE")]
+    pub default_queue: Option<String>,
+
+    /// User name of the scheduler: the only identity allowed to lift the hold
+    /// of a queued job.
+    #[arg(
+        long,
+        env = "KQ_WEBHOOK_SCHEDULER_USER",
+        default_value = "system:serviceaccount:koord-queue:koord-queue-scheduler"
+    )]
+    pub scheduler_user: String,
+
+    /// Groups whose members may also lift holds (comma-separated; e.g. for a
+    /// scheduler authenticating by client certificate).
+    #[arg(long, env = "KQ_WEBHOOK_SCHEDULER_GROUPS", value_delimiter = ',')]
+    pub scheduler_groups: Vec<String>,
+
+    /// Largest accepted request body.
+    #[arg(long, env = "KQ_WEBHOOK_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Time budget of one review, including the QueueUnit create. Keep it
+    /// well under the webhook configuration's `timeoutSeconds`.
+    #[arg(long, env = "KQ_WEBHOOK_REVIEW_TIMEOUT", default_value = "8s", value_parser = parse_duration)]
+    pub review_timeout: Duration,
+
+    /// Time allowed for a client to send the request headers.
+    #[arg(long, env = "KQ_WEBHOOK_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// QueueUnit creates in flight at most; further reviews wait for a slot
+    /// (within their time budget). Bounds the nested calls the webhook makes
+    /// to the API server while it holds the user's request open.
+    #[arg(long, env = "KQ_WEBHOOK_MAX_CONCURRENT_CREATES", default_value_t = 32)]
+    pub max_concurrent_creates: usize,
+
+    /// How long in-flight reviews may take to finish after SIGTERM.
+    #[arg(long, env = "KQ_WEBHOOK_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Log format.
+    #[arg(
+        long,
+        env = "KQ_WEBHOOK_LOG_FORMAT",
+        value_enum,
+        default_value = "plain"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter (`RUST_LOG` syntax; `RUST_LOG` wins when set).
+    #[arg(long, env = "KQ_WEBHOOK_LOG_LEVEL", default_value = "info,kube=warn")]
+    pub log_level: String,
+}

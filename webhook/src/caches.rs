@@ -1,0 +1,171 @@
+//! Informer caches of the objects the webhook decides on: namespaces (their
+//! default-queue annotation), ElasticQuotas (names and is-parent label; both
+//! metadata only) and PriorityClasses.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_queue_api::{ElasticQuota, keys};
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::view::{ClusterView, QuotaInfo};
+
+/// The webhook's caches.
+#[derive(Clone)]
+pub struct Caches {
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    quotas: Store<PartialObjectMeta<ElasticQuota>>,
+    priority_classes: Store<PriorityClass>,
+    /// Set when the ElasticQuota API is not installed: no quota exists then,
+    /// and the cache counts as synced (it fills once the CRD appears).
+    quota_api_absent: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches").finish_non_exhaustive()
+    }
+}
+
+impl Caches {
+    /// Starts the watches on the current runtime.
+    pub fn start(client: kube::Client) -> Self {
+        let config = watcher::Config::default();
+
+        let (namespaces, writer) = reflector::store();
+        let stream = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            config.clone(),
+        )
+        .default_backoff()
+        .reflect(writer);
+        tokio::spawn(drain("namespaces", stream));
+
+        let quota_api_absent = Arc::new(AtomicBool::new(false));
+        let (quotas, writer) = reflector::store();
+        let absent = quota_api_absent.clone();
+        let stream = watcher(Api::<PartialObjectMeta<ElasticQuota>>::all(client.clone()), config.clone())
+            .default_backoff()
+            .reflect(writer)
+            .inspect(move |event| match event {
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
+                    if !absent.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("the ElasticQuota API is not installed: jobs can only use default queues until it is");
+                    }
+                }
+                Ok(_) => absent.store(false, Ordering::Relaxed),
+                Err(_) => {}
+            });
+        tokio::spawn(drain("elasticquotas", stream));
+
+        let (priority_classes, writer) = reflector::store();
+        let stream = watcher(Api::<PriorityClass>::all(client), config)
+            .default_backoff()
+            .reflect(writer);
+        tokio::spawn(drain("priorityclasses", stream));
+
+        Self {
+            namespaces,
+            quotas,
+            priority_classes,
+            quota_api_absent,
+        }
+    }
+
+    /// Resolves once every cache has its initial list.
+    pub async fn synced(&self) {
+        let _ = self.namespaces.wait_until_ready().await;
+        let _ = self.priority_classes.wait_until_ready().await;
+        loop {
+            if self.quota_api_absent.load(Ordering::Relaxed) {
+                return;
+            }
+            if tokio::time::timeout(
+                std::time::Duration::from_millis(200),
+                self.quotas.wait_until_ready(),
+            )
+            .await
+            .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+async fn drain<S, T>(what: &'static str, stream: S)
+where
+    S: futures::Stream<Item = Result<T, watcher::Error>>,
+{
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(error) = event {
+            tracing::debug!(cache = what, %error, "watch error; retrying with backoff");
+        }
+    }
+}
+
+impl ClusterView for Caches {
+    fn knows_namespace(&self, ns: &str) -> bool {
+        self.namespaces.get(&ObjectRef::new(ns)).is_some()
+    }
+
+    fn namespace_default_queue(&self, ns: &str) -> Option<String> {
+        self.namespaces
+            .get(&ObjectRef::new(ns))?
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(keys::DEFAULT_QUEUE_ANNOTATION)
+            .cloned()
+    }
+
+    fn quota(&self, name: &str) -> Option<QuotaInfo> {
+        let quota = self
+            .quotas
+            .find(|q| q.metadata.name.as_deref() == Some(name))?;
+        Some(QuotaInfo {
+            name: name.to_string(),
+            is_parent: is_parent(&quota),
+        })
+    }
+
+    fn leaf_quotas(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .quotas
+            .state()
+            .iter()
+            .filter(|q| !is_parent(q) && q.metadata.name.as_deref() != Some(keys::ROOT_QUOTA_NAME))
+            .filter_map(|q| q.metadata.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn priority_class_value(&self, name: &str) -> Option<i32> {
+        self.priority_classes
+            .get(&ObjectRef::new(name))
+            .map(|pc| pc.value)
+    }
+
+    fn global_default_priority(&self) -> Option<(String, i32)> {
+        self.priority_classes
+            .find(|pc| pc.global_default == Some(true))
+            .map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value))
+    }
+}
+
+fn is_parent(quota: &PartialObjectMeta<ElasticQuota>) -> bool {
+    quota
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::QUOTA_IS_PARENT_LABEL))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}

@@ -1,0 +1,373 @@
+//! One admission review, from request bytes to response: parsing (with a
+//! precise answer for every malformed input), the decision, its effects
+//! (QueueUnit create, unit lookup on UPDATE), metrics and the review's span.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use koord_queue_api::QueueUnit;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tracing::{Instrument, field};
+
+use crate::admit::{self, Verdict};
+use crate::api_access::{ApiAccess, Created};
+use crate::metrics::{CreateErrorLabels, Metrics, ReviewLabels};
+use crate::policy::Policy;
+use crate::view::{ClusterView, QuotaInfo};
+
+/// Everything a review needs; shared by all requests.
+pub struct Webhook {
+    /// Who may do what.
+    pub policy: Policy,
+    /// Cached cluster objects.
+    pub view: Arc<dyn ClusterView>,
+    /// API calls.
+    pub api: Arc<dyn ApiAccess>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Bounds concurrent QueueUnit creates.
+    pub create_slots: Semaphore,
+    /// Time budget of one review.
+    pub review_timeout: Duration,
+    /// Whether the caches have their initial lists; until then CREATEs are
+    /// refused (a decision on an empty cache could refuse valid jobs).
+    pub synced: AtomicBool,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An HTTP answer: status and JSON body.
+pub type Answer = (StatusCode, Value);
+
+fn bad_request(message: String) -> Answer {
+    (
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({ "error": message }),
+    )
+}
+
+fn review_json(mut response: AdmissionResponse) -> Answer {
+    // kube-core serializes the patch bytes as a JSON array of numbers; the API
+    // server reads the base64 string Go's encoding/json writes for []byte,
+    // which is also about four times smaller.
+    let patch = response.patch.take();
+    match serde_json::to_value(response.into_review()) {
+        Ok(mut body) => {
+            if let (Some(patch), Some(out)) = (
+                patch,
+                body.get_mut("response").and_then(Value::as_object_mut),
+            ) {
+                use base64::Engine;
+                out.insert(
+                    "patch".into(),
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),
+                );
+            }
+            (StatusCode::OK, body)
+        }
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    }
+}
+
+/// An `allowed: false` review for a request that could not be read fully
+/// but whose uid is known.
+fn invalid_review(uid: &str, api_version: &str, reason: String) -> Answer {
+    let mut response = AdmissionResponse::invalid(reason);
+    response.uid = uid.to_string();
+    response.types.api_version = api_version.to_string();
+    review_json(response)
+}
+
+impl Webhook {
+    /// Answers the body of a `POST /mutate`.
+    pub async fn review(&self, body: &[u8]) -> Answer {
+        let started = Instant::now();
+        let value: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return bad_request(format!("request body is not JSON: {e}")),
+        };
+        let Some(uid) = value
+            .pointer("/request/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            return bad_request("not an AdmissionReview: request.uid is missing".into());
+        };
+        let api_version = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("admission.k8s.io/v1")
+            .to_string();
+        let kind_label = value
+            .pointer("/request/kind/kind")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        let operation_label = value
+            .pointer("/request/operation")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        let span = tracing::info_span!(
+            "review",
+            uid = %uid,
+            kind = %kind_label,
+            namespace = field::Empty,
+            name = field::Empty,
+            operation = %operation_label,
+            verdict = field::Empty,
+        );
+        let (answer, verdict) = async {
+            let review: AdmissionReview<DynamicObject> = match serde_json::from_value(value) {
+                Ok(r) => r,
+                Err(e) => {
+                    return (
+                        invalid_review(
+                            &uid,
+                            &api_version,
+                            format!("malformed AdmissionReview: {e}"),
+                        ),
+                        "error",
+                    );
+                }
+            };
+            let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+                Ok(r) => r,
+                Err(e) => {
+                    return (
+                        invalid_review(
+                            &uid,
+                            &api_version,
+                            format!("malformed AdmissionReview: {e}"),
+                        ),
+                        "error",
+                    );
+                }
+            };
+            let span = tracing::Span::current();
+            span.record("namespace", request.namespace.as_deref().unwrap_or(""));
+            span.record("name", request.name.as_str());
+            match tokio::time::timeout(self.review_timeout, self.decide(&request)).await {
+                Ok((response, verdict)) => (review_json(response), verdict),
+                Err(_) => (
+                    review_json(AdmissionResponse::from(&request).deny(format!(
+                        "Koord-Queue could not decide within {:?}; retry the request",
+                        self.review_timeout
+                    ))),
+                    "error",
+                ),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        span.record("verdict", verdict);
+        let _entered = span.enter();
+        match verdict {
+            "denied" | "error" => tracing::info!("review answered"),
+            _ => tracing::debug!("review answered"),
+        }
+        let labels = ReviewLabels {
+            kind: kind_label,
+            operation: operation_label,
+            verdict: verdict.to_string(),
+        };
+        self.metrics.reviews.get_or_create(&labels).inc();
+        self.metrics
+            .review_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        answer
+    }
+
+    async fn decide(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+    ) -> (AdmissionResponse, &'static str) {
+        let allow = AdmissionResponse::from(request);
+        if !self.synced.load(Ordering::Acquire) {
+            return (
+                allow.deny("Koord-Queue's webhook is starting (caches not synced yet); retry"),
+                "error",
+            );
+        }
+        let fresh_namespace = self.fresh_namespace_view(request).await;
+        let verdict = match &fresh_namespace {
+            Some(view) => admit::decide(request, view, &self.policy),
+            None => admit::decide(request, self.view.as_ref(), &self.policy),
+        };
+        match verdict {
+            Verdict::Allow => (allow, "allowed"),
+            Verdict::Deny(message) => (allow.deny(message), "denied"),
+            Verdict::Hold { patch, unit } => {
+                if !request.dry_run
+                    && let Err(message) = self.create_unit(&unit).await
+                {
+                    return (allow.deny(message), "denied");
+                }
+                match allow.with_patch(patch) {
+                    Ok(response) => (response, "held"),
+                    Err(e) => (
+                        AdmissionResponse::from(request)
+                            .deny(format!("cannot encode the patch: {e}")),
+                        "error",
+                    ),
+                }
+            }
+            Verdict::CheckRelease {
+                namespace,
+                job,
+                unit,
+            } => match self.api.get_unit(&namespace, &unit).await {
+                Ok(Some(u)) if is_released(&u) => (allow, "allowed"),
+                Ok(Some(u)) => (allow.deny(waiting_message(&job, &u)), "denied"),
+                Ok(None) => (
+                    allow.deny(format!(
+                        "job {namespace}/{job} stays held: its QueueUnit {unit} no longer exists. \
+                         Delete and re-create the job to queue it again"
+                    )),
+                    "denied",
+                ),
+                Err(e) => (
+                    allow.deny(format!("cannot read QueueUnit {namespace}/{unit}: {e}")),
+                    "error",
+                ),
+            },
+        }
+    }
+
+    /// For a CREATE in a namespace the cache has not seen yet, a view that
+    /// reads its default queue from the API server.
+    async fn fresh_namespace_view(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+    ) -> Option<NamespaceOverride<'_>> {
+        let ns = request.namespace.as_deref()?;
+        if request.operation != kube::core::admission::Operation::Create
+            || self.view.knows_namespace(ns)
+        {
+            return None;
+        }
+        match self.api.namespace_default_queue(ns).await {
+            Ok(Some(queue)) => Some(NamespaceOverride {
+                inner: self.view.as_ref(),
+                namespace: ns.to_string(),
+                queue,
+            }),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(%error, namespace = ns, "cannot read namespace");
+                None
+            }
+        }
+    }
+
+    async fn create_unit(&self, unit: &QueueUnit) -> Result<(), String> {
+        let name = format!(
+            "{}/{}",
+            unit.metadata.namespace.as_deref().unwrap_or(""),
+            unit.metadata.name.as_deref().unwrap_or("")
+        );
+        let fail = |reason: &str, message: String| {
+            self.metrics
+                .unit_create_errors
+                .get_or_create(&CreateErrorLabels {
+                    reason: reason.to_string(),
+                })
+                .inc();
+            Err(message)
+        };
+        let Ok(_slot) = self.create_slots.acquire().await else {
+            return fail("shutdown", "the webhook is shutting down; retry".into());
+        };
+        match self.api.create_unit(unit).await {
+            Ok(Created::New) => Ok(()),
+            Ok(Created::Existing(existing))
+                if existing.spec.consumer_ref == unit.spec.consumer_ref =>
+            {
+                Ok(())
+            }
+            Ok(Created::Existing(_)) => fail(
+                "conflict",
+                format!("cannot queue the job: QueueUnit {name} exists and belongs to another job"),
+            ),
+            Err(e) => fail(
+                "api",
+                format!("cannot queue the job: creating QueueUnit {name} failed: {e}"),
+            ),
+        }
+    }
+}
+
+fn is_released(unit: &QueueUnit) -> bool {
+    unit.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p.is_released() || p.is_finished())
+}
+
+fn waiting_message(job: &str, unit: &QueueUnit) -> String {
+    let status = unit.status.clone().unwrap_or_default();
+    let position = status
+        .position
+        .map(|p| format!(" at position {p}"))
+        .unwrap_or_default();
+    let phase = status
+        .phase
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "not yet adopted".into());
+    let reason = status
+        .message
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    format!(
+        "job {job} is queued in queue {}{position} (phase {phase}){reason}; \
+         Koord-Queue releases it when quota allows — only the scheduler may lift its hold",
+        unit.spec.queue
+    )
+}
+
+/// A view whose default queue of one namespace comes from a fresh read.
+struct NamespaceOverride<'a> {
+    inner: &'a dyn ClusterView,
+    namespace: String,
+    queue: String,
+}
+
+impl ClusterView for NamespaceOverride<'_> {
+    fn knows_namespace(&self, ns: &str) -> bool {
+        ns == self.namespace || self.inner.knows_namespace(ns)
+    }
+    fn namespace_default_queue(&self, ns: &str) -> Option<String> {
+        if ns == self.namespace {
+            Some(self.queue.clone())
+        } else {
+            self.inner.namespace_default_queue(ns)
+        }
+    }
+    fn quota(&self, name: &str) -> Option<QuotaInfo> {
+        self.inner.quota(name)
+    }
+    fn leaf_quotas(&self) -> Vec<String> {
+        self.inner.leaf_quotas()
+    }
+    fn priority_class_value(&self, name: &str) -> Option<i32> {
+        self.inner.priority_class_value(name)
+    }
+    fn global_default_priority(&self) -> Option<(String, i32)> {
+        self.inner.global_default_priority()
+    }
+}

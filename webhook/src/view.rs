@@ -1,0 +1,28 @@
+//! What the webhook knows about the cluster when it decides: namespaces'
+//! default queues, ElasticQuotas, PriorityClasses. The live implementation
+//! reads informer caches ([`crate::caches`]); tests use plain maps.
+
+/// A quota as the mapping needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaInfo {
+    /// Name of the ElasticQuota.
+    pub name: String,
+    /// Whether it is an inner node of the tree (no job may map to it).
+    pub is_parent: bool,
+}
+
+/// Read-only view of the cluster objects the webhook's decisions depend on.
+pub trait ClusterView: Send + Sync {
+    /// Whether namespace `ns` is known (a brand-new one may not be cached yet).
+    fn knows_namespace(&self, ns: &str) -> bool;
+    /// The `koord-queue/default-queue` annotation of namespace `ns`, if any.
+    fn namespace_default_queue(&self, ns: &str) -> Option<String>;
+    /// The ElasticQuota named `name`.
+    fn quota(&self, name: &str) -> Option<QuotaInfo>;
+    /// Names of the quotas jobs may name (leaves), sorted.
+    fn leaf_quotas(&self) -> Vec<String>;
+    /// Value of PriorityClass `name`.
+    fn priority_class_value(&self, name: &str) -> Option<i32>;
+    /// The cluster's global default PriorityClass (name, value), if any.
+    fn global_default_priority(&self) -> Option<(String, i32)>;
+}

@@ -1,0 +1,183 @@
+//! In-memory stand-ins for the cluster view and the API calls, so the router
+//! can be driven without an API server (the real API server is exercised by
+//! the suites in `tests/`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use koord_queue_api::QueueUnit;
+use koord_queue_webhook::{ApiAccess, ClusterView, Created, Metrics, Policy, QuotaInfo, Webhook};
+
+/// A fixed cluster: quotas (name → is_parent), namespaces' default queues,
+/// PriorityClasses.
+#[derive(Default)]
+pub struct FixedView {
+    pub quotas: BTreeMap<String, bool>,
+    pub default_queues: BTreeMap<String, String>,
+    pub priority_classes: BTreeMap<String, i32>,
+    pub global_default: Option<(String, i32)>,
+}
+
+impl ClusterView for FixedView {
+    fn knows_namespace(&self, _: &str) -> bool {
+        true
+    }
+    fn namespace_default_queue(&self, ns: &str) -> Option<String> {
+        self.default_queues.get(ns).cloned()
+    }
+    fn quota(&self, name: &str) -> Option<QuotaInfo> {
+        self.quotas.get(name).map(|p| QuotaInfo {
+            name: name.into(),
+            is_parent: *p,
+        })
+    }
+    fn leaf_quotas(&self) -> Vec<String> {
+        self.quotas
+            .iter()
+            .filter(|(_, p)| !**p)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+    fn priority_class_value(&self, name: &str) -> Option<i32> {
+        self.priority_classes.get(name).copied()
+    }
+    fn global_default_priority(&self) -> Option<(String, i32)> {
+        self.global_default.clone()
+    }
+}
+
+/// Records created units; serves units by name.
+#[derive(Default)]
+pub struct MemoryApi {
+    pub units: Mutex<BTreeMap<(String, String), QueueUnit>>,
+    pub creates: Mutex<u64>,
+}
+
+impl ApiAccess for MemoryApi {
+    fn create_unit(&self, unit: &QueueUnit) -> BoxFuture<'_, Result<Created, kube::Error>> {
+        let key = (
+            unit.metadata.namespace.clone().unwrap_or_default(),
+            unit.metadata.name.clone().unwrap_or_default(),
+        );
+        *self.creates.lock().unwrap() += 1;
+        let mut units = self.units.lock().unwrap();
+        let result = match units.get(&key) {
+            Some(existing) => Created::Existing(Box::new(existing.clone())),
+            None => {
+                units.insert(key, unit.clone());
+                Created::New
+            }
+        };
+        Box::pin(async move { Ok(result) })
+    }
+    fn get_unit<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<QueueUnit>, kube::Error>> {
+        let unit = self
+            .units
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned();
+        Box::pin(async move { Ok(unit) })
+    }
+    fn namespace_default_queue<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, kube::Error>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// The view used by most tests: leaf quotas team-a/team-b under parent org,
+/// PriorityClass high = 1000, namespace `defaulted` → queue team-b.
+pub fn standard_view() -> FixedView {
+    FixedView {
+        quotas: [
+            ("org".into(), true),
+            ("team-a".into(), false),
+            ("team-b".into(), false),
+        ]
+        .into(),
+        default_queues: [("defaulted".into(), "team-b".into())].into(),
+        priority_classes: [("high".into(), 1000)].into(),
+        global_default: None,
+    }
+}
+
+pub const SCHEDULER: &str = "system:serviceaccount:koord-queue:koord-queue-scheduler";
+
+/// A webhook over `view` and `api`, caches synced, every kind enabled.
+pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    Arc::new(Webhook {
+        policy: Policy {
+            enabled_kinds: ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<BTreeSet<_>>(),
+            default_queue: None,
+            scheduler_user: SCHEDULER.into(),
+            scheduler_groups: vec![],
+        },
+        view: Arc::new(view),
+        api,
+        metrics: Metrics::register(&mut registry),
+        create_slots: tokio::sync::Semaphore::new(16),
+        review_timeout: Duration::from_secs(5),
+        synced: true.into(),
+    })
+}
+
+/// An AdmissionReview of `operation` on `object` (and `old` for UPDATE).
+pub fn review(
+    operation: &str,
+    object: serde_json::Value,
+    old: Option<serde_json::Value>,
+    user: &str,
+) -> serde_json::Value {
+    let api_version = object["apiVersion"]
+        .as_str()
+        .unwrap_or("batch/v1")
+        .to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let kind = object["kind"].as_str().unwrap_or("Job").to_string();
+    let plural = format!("{}s", kind.to_lowercase());
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": { "group": group, "version": version, "kind": kind },
+            "resource": { "group": group, "version": version, "resource": plural },
+            "name": object["metadata"]["name"].as_str().unwrap_or(""),
+            "namespace": object["metadata"]["namespace"].as_str().unwrap_or("team-ns"),
+            "operation": operation,
+            "userInfo": { "username": user, "groups": ["system:authenticated"] },
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+        }
+    })
+}
+
+/// A small batch/v1 Job naming quota `quota`.
+pub fn job(name: &str, quota: Option<&str>) -> serde_json::Value {
+    let mut labels = serde_json::Map::new();
+    if let Some(q) = quota {
+        labels.insert("quota.scheduling.koordinator.sh/name".into(), q.into());
+    }
+    serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": name, "namespace": "team-ns", "labels": labels },
+        "spec": { "parallelism": 3, "template": { "spec": {
+            "restartPolicy": "Never",
+            "containers": [{ "name": "main", "image": "busybox",
+                "resources": { "requests": { "cpu": "500m", "memory": "1Gi" } } }] } } }
+    })
+}
