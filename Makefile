@@ -23,7 +23,7 @@ lint: ## rustfmt and clippy (warnings are errors)
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test: provision ## Provision what is missing, then run every test of the workspace
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace
 
 cluster: provision ## Run a local control plane (tier 2, 3 kwok nodes) until Ctrl-C
 	$(CARGO) run -q -p koord-queue-tests --bin local-cluster

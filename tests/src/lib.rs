@@ -6,11 +6,13 @@
 
 pub mod background;
 pub mod control_plane;
+pub mod e2e;
 pub mod fixtures;
 pub mod job_crds;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;
+pub mod scheduler;
 pub mod shared;
 pub mod tools;
 pub mod webhook;
@@ -22,7 +24,9 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // The readiness polls of a starting apiserver are logged by
+                // kube as errors; they are expected.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off")),
         )
         .with_test_writer()
         .try_init();

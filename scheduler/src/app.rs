@@ -1,0 +1,186 @@
+//! Wiring of the scheduler process: configuration, watches, leader election,
+//! the controller task, the admin server and shutdown.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use koord_queue_runtime::{
+    AdminServer, LeaderElector, LeaderHandle, LeaseConfig, Readiness, admin_router,
+};
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::Args;
+use crate::controller::metrics::Metrics;
+use crate::controller::writes::Writer;
+use crate::controller::{Controller, Settings, sources};
+use crate::core::Core;
+
+/// The configuration used without `--config`: priority ordering and elastic
+/// quotas with the root capacity taken from the root quota or the nodes.
+pub const DEFAULT_CONFIG: &str =
+    "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: auto\n";
+
+/// A started scheduler.
+#[derive(Debug)]
+pub struct Running {
+    /// Bound admin address.
+    pub admin_addr: SocketAddr,
+    /// Readiness as `/readyz` reports it.
+    pub readiness: Readiness,
+    leader: LeaderHandle,
+    stop: Option<oneshot::Sender<()>>,
+    controller: tokio::task::JoinHandle<()>,
+    drain: Duration,
+}
+
+impl Running {
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        self.leader.is_leader()
+    }
+
+    /// Becomes unready, stops the controller, lets in-flight writes settle
+    /// briefly and gives the Lease up so a standby takes over at once.
+    pub async fn shutdown(mut self) {
+        self.readiness.start_draining();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(self.drain, &mut self.controller).await;
+        self.leader.release().await;
+        tracing::info!("stopped");
+    }
+
+    /// Stops without releasing the Lease, as a crash would (tests).
+    pub fn abort(self) {
+        self.controller.abort();
+        drop(self.leader);
+    }
+}
+
+/// Starts the scheduler on the current runtime with `client`. Invalid
+/// configuration stops it here, with the reason.
+pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> {
+    let Args {
+        config,
+        admin_addr,
+        enabled_kinds,
+        namespace,
+        lease_name,
+        identity,
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        orphan_grace,
+        cycle_batch,
+        write_concurrency,
+        status_interval,
+        job_events,
+        drain_timeout,
+        log_format: _,
+        log_level: _,
+    } = args;
+    let config_text = match &config {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read the configuration {}: {e}", path.display())
+        })?,
+        None => DEFAULT_CONFIG.to_string(),
+    };
+    let core =
+        Core::from_yaml(&config_text).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    tracing::info!(plugins = ?core.plugin_names(), "plugins");
+
+    let adapters: Vec<_> = enabled_kinds
+        .iter()
+        .map(|k| {
+            let found: Vec<_> = koord_queue_api::jobs::for_extension(k).collect();
+            if found.is_empty() {
+                Err(anyhow::anyhow!(
+                    "--enabled-kinds: unknown kind {k:?} (known: {})",
+                    koord_queue_api::jobs::extensions().join(", ")
+                ))
+            } else {
+                Ok(found)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+
+    let identity = identity
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("koord-queue-scheduler-{}", std::process::id()));
+    let lease = LeaseConfig {
+        namespace: namespace.clone(),
+        name: lease_name,
+        identity: identity.clone(),
+        lease_duration,
+        renew_deadline,
+        retry_period,
+    };
+    lease
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid leader election settings: {e}"))?;
+
+    let admin = AdminServer::bind(admin_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot bind the admin address {admin_addr}: {e}"))?;
+    let admin_addr = admin.local_addr()?;
+    let readiness = Readiness::new(&[
+        crate::controller::CACHES_SYNCED,
+        crate::controller::FIRST_CYCLE,
+    ]);
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    tokio::spawn(admin.serve(admin_router(
+        readiness.clone(),
+        Arc::new(Mutex::new(registry)),
+    )));
+
+    let (input_tx, input_rx) = mpsc::channel(4096);
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let resource_quotas = core.plugin_names().contains(&"ResourceQuota");
+    let source_names = sources::start(&client, &namespace, &adapters, resource_quotas, input_tx);
+    let leader = LeaderElector::spawn(client.clone(), lease);
+    let writer = Writer::new(
+        client,
+        leader.leadership(),
+        write_concurrency,
+        done_tx,
+        metrics.clone(),
+        identity,
+        namespace.clone(),
+    );
+    let settings = Settings {
+        namespace,
+        orphan_grace,
+        cycle_batch,
+        status_interval,
+        job_events,
+    };
+    let controller = Controller::new(
+        core,
+        settings,
+        source_names,
+        writer,
+        leader.leadership(),
+        metrics,
+        readiness.clone(),
+    );
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let leadership = leader.subscribe();
+    let task = tokio::spawn(controller.run(input_rx, done_rx, leadership, async move {
+        let _ = stop_rx.await;
+    }));
+    Ok(Running {
+        admin_addr,
+        readiness,
+        leader,
+        stop: Some(stop_tx),
+        controller: task,
+        drain: drain_timeout,
+    })
+}

@@ -1,0 +1,133 @@
+//! Prometheus metrics of the scheduler (design §4.7).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of a per-queue gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// Queue name.
+    pub queue: String,
+}
+
+/// Labels of a per-quota, per-resource gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabels {
+    /// Quota name.
+    pub quota: String,
+    /// Resource name.
+    pub resource: String,
+}
+
+/// Labels of an admission attempt.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// released, failed.
+    pub result: String,
+}
+
+/// Labels of a failed write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// Operation.
+    pub operation: &'static str,
+}
+
+/// The scheduler's metrics.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// Waiting units per queue.
+    pub pending: Family<QueueLabels, Gauge>,
+    /// Units holding quota per queue.
+    pub admitted: Family<QueueLabels, Gauge>,
+    /// Quota min per quota and resource.
+    pub quota_min: Family<QuotaLabels, Gauge>,
+    /// Quota max per quota and resource.
+    pub quota_max: Family<QuotaLabels, Gauge>,
+    /// Quota used per quota and resource.
+    pub quota_used: Family<QuotaLabels, Gauge>,
+    /// Duration of scheduling cycles, seconds.
+    pub cycle_duration: Histogram,
+    /// Time from unit creation to release, seconds.
+    pub dequeue_latency: Histogram,
+    /// Admission attempts by result.
+    pub attempts: Family<AttemptLabels, Counter>,
+    /// Failed API writes by operation.
+    pub write_errors: Family<WriteLabels, Counter>,
+    /// 1 while this replica leads.
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under `koord_queue_scheduler`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            pending: Family::default(),
+            admitted: Family::default(),
+            quota_min: Family::default(),
+            quota_max: Family::default(),
+            quota_used: Family::default(),
+            cycle_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 22)),
+            dequeue_latency: Histogram::new(exponential_buckets(0.01, 2.0, 20)),
+            attempts: Family::default(),
+            write_errors: Family::default(),
+            leader: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
+        r.register(
+            "pending_units",
+            "Units waiting, per queue",
+            m.pending.clone(),
+        );
+        r.register(
+            "admitted_units",
+            "Units holding quota, per queue",
+            m.admitted.clone(),
+        );
+        r.register(
+            "quota_min",
+            "Guaranteed amount per quota and resource (cpu in millicores)",
+            m.quota_min.clone(),
+        );
+        r.register(
+            "quota_max",
+            "Maximum per quota and resource (cpu in millicores)",
+            m.quota_max.clone(),
+        );
+        r.register(
+            "quota_used",
+            "Held amount per quota and resource (cpu in millicores)",
+            m.quota_used.clone(),
+        );
+        r.register(
+            "cycle_duration_seconds",
+            "Duration of scheduling cycles",
+            m.cycle_duration.clone(),
+        );
+        r.register(
+            "dequeue_latency_seconds",
+            "Time from QueueUnit creation to release",
+            m.dequeue_latency.clone(),
+        );
+        r.register(
+            "admission_attempts",
+            "Releases attempted, by result",
+            m.attempts.clone(),
+        );
+        r.register(
+            "api_write_errors",
+            "API writes that failed, by operation",
+            m.write_errors.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            m.leader.clone(),
+        );
+        m
+    }
+}

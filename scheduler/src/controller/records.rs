@@ -1,0 +1,479 @@
+//! Compact records of the watched objects: only what the controller decides
+//! on, so that 100,000 cached units stay small (pod templates are dropped).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::jobs::{self, JobAdapter, JobState};
+use koord_queue_api::queue_unit::QueueUnitPhase;
+use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, QueueUnit, Resources, keys};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+/// `namespace/name`.
+pub type Key = Arc<str>;
+
+/// Builds a `namespace/name` key.
+pub fn key(namespace: &str, name: &str) -> Key {
+    Arc::from(format!("{namespace}/{name}"))
+}
+
+/// Parses a resourceVersion for ordering our own writes against watch events.
+/// etcd-backed resourceVersions are increasing integers; anything else is
+/// treated as unordered.
+pub fn rv_number(rv: Option<&str>) -> Option<u64> {
+    rv?.parse().ok()
+}
+
+/// What the controller knows of a QueueUnit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnitRecord {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Object uid.
+    pub uid: String,
+    /// resourceVersion of the observed object.
+    pub resource_version: Option<u64>,
+    /// Creation time, ms since the epoch.
+    pub created_ms: i64,
+    /// Queue named in the spec.
+    pub queue: String,
+    /// The quota label, if any.
+    pub quota: Option<String>,
+    /// Priority.
+    pub priority: i32,
+    /// Total resources.
+    pub request: Resources,
+    /// Labels (for plugins).
+    pub labels: BTreeMap<String, String>,
+    /// The job: (apiVersion, kind, name).
+    pub job_api_version: String,
+    /// Kind of the job.
+    pub job_kind: String,
+    /// Name of the job.
+    pub job_name: String,
+    /// Uid of the job once adopted (owner reference).
+    pub owner_uid: Option<String>,
+    /// Observed phase.
+    pub phase: Option<QueueUnitPhase>,
+    /// Sum of `status.admissions[].resources`: what the unit holds.
+    pub held: Resources,
+    /// `status.message`.
+    pub message: Option<String>,
+    /// `status.position`.
+    pub position: Option<i64>,
+    /// `status.attempts`.
+    pub attempts: i64,
+    /// Pod sets: name, count and resources of the whole set.
+    pub pod_sets: Vec<(String, i32, Resources)>,
+    /// Whether the unit is being deleted.
+    pub deleting: bool,
+    /// Whether `spec.resource` could not be read (the unit is then never released).
+    pub invalid: Option<String>,
+}
+
+impl UnitRecord {
+    /// The record of `unit`.
+    pub fn from_unit(unit: &QueueUnit) -> Self {
+        let spec = &unit.spec;
+        let status = unit.status.clone().unwrap_or_default();
+        let (request, invalid) = match Resources::from_list(&spec.resource) {
+            Ok(r) => (r, None),
+            Err(e) => (Resources::new(), Some(e.to_string())),
+        };
+        let mut held = Resources::new();
+        for admission in &status.admissions {
+            if let Ok(r) = Resources::from_list(&admission.resources) {
+                held.add(&r);
+            }
+        }
+        let job_uid = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+            r.kind == spec.consumer_ref.kind.clone().unwrap_or_default()
+                && Some(&r.name) == spec.consumer_ref.name.as_ref()
+        };
+        let labels = unit.labels().clone();
+        Self {
+            namespace: unit.namespace().unwrap_or_default(),
+            name: unit.name_any(),
+            uid: unit.metadata.uid.clone().unwrap_or_default(),
+            resource_version: rv_number(unit.metadata.resource_version.as_deref()),
+            created_ms: unit
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+                .unwrap_or(0),
+            queue: spec.queue.clone(),
+            quota: labels
+                .get(keys::QUOTA_NAME_LABEL)
+                .cloned()
+                .filter(|q| !q.is_empty()),
+            priority: spec.effective_priority(),
+            request,
+            labels,
+            job_api_version: spec.consumer_ref.api_version.clone().unwrap_or_default(),
+            job_kind: spec.consumer_ref.kind.clone().unwrap_or_default(),
+            job_name: spec.consumer_ref.name.clone().unwrap_or_default(),
+            owner_uid: unit
+                .owner_references()
+                .iter()
+                .find(|r| job_uid(r))
+                .map(|r| r.uid.clone()),
+            phase: status.phase,
+            held,
+            message: status.message,
+            position: status.position,
+            attempts: status.attempts.unwrap_or(0),
+            pod_sets: spec
+                .pod_set
+                .iter()
+                .map(|ps| {
+                    let per_pod = serde_json::to_value(&ps.template)
+                        .ok()
+                        .and_then(|t| jobs::pod_template_requests(&t).ok())
+                        .unwrap_or_default();
+                    (
+                        ps.name.clone(),
+                        ps.count,
+                        per_pod.scaled(i64::from(ps.count)),
+                    )
+                })
+                .collect(),
+            deleting: unit.metadata.deletion_timestamp.is_some(),
+            invalid,
+        }
+    }
+
+    /// Key of the unit.
+    pub fn key(&self) -> Key {
+        key(&self.namespace, &self.name)
+    }
+
+    /// Key of the unit's job (kind-qualified).
+    pub fn job_key(&self) -> JobKey {
+        JobKey::new(&self.job_kind, &self.namespace, &self.job_name)
+    }
+
+    /// Whether the observed status says the unit holds quota.
+    pub fn holds_quota(&self) -> bool {
+        self.phase.is_some_and(QueueUnitPhase::holds_quota)
+    }
+}
+
+/// `Kind/namespace/name` of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobKey(Arc<str>);
+
+impl JobKey {
+    /// The key of job `name` of `kind` in `namespace`.
+    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+        Self(Arc::from(format!("{kind}/{namespace}/{name}")))
+    }
+}
+
+impl std::fmt::Display for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the controller knows of a job that names a QueueUnit.
+#[derive(Clone, Debug)]
+pub struct JobRecord {
+    /// The job's adapter.
+    pub adapter: &'static dyn JobAdapter,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Uid.
+    pub uid: String,
+    /// The `koord-queue/queue-unit` annotation.
+    pub unit_name: String,
+    /// Whether the job is held.
+    pub held: bool,
+    /// The job's own state.
+    pub state: JobState,
+    /// Whether the job is being deleted.
+    pub deleting: bool,
+}
+
+impl JobRecord {
+    /// The record of a job, or `None` when Koord-Queue does not queue it
+    /// (no `koord-queue/queue-unit` annotation).
+    pub fn from_object(adapter: &'static dyn JobAdapter, object: &DynamicObject) -> Option<Self> {
+        let unit_name = object
+            .annotations()
+            .get(keys::QUEUE_UNIT_ANNOTATION)?
+            .clone();
+        let json = serde_json::to_value(object).unwrap_or(Value::Null);
+        Some(Self {
+            adapter,
+            namespace: object.namespace().unwrap_or_default(),
+            name: object.name_any(),
+            uid: object.metadata.uid.clone().unwrap_or_default(),
+            unit_name,
+            held: adapter.is_held(&json),
+            state: adapter.state(&json),
+            deleting: object.metadata.deletion_timestamp.is_some(),
+        })
+    }
+
+    /// Key of the job.
+    pub fn key(&self) -> JobKey {
+        JobKey::new(self.adapter.kind().kind, &self.namespace, &self.name)
+    }
+}
+
+/// The merge patch that releases (or holds) a job of `adapter`'s kind,
+/// computed from the fields the adapter's hold sets, so that the job itself
+/// need not be read first.
+pub fn hold_release_patches(adapter: &dyn JobAdapter) -> (Value, Value) {
+    let mut held = Value::Object(Default::default());
+    adapter.hold(&mut held);
+    let mut released = held.clone();
+    adapter.release(&mut released);
+    (merge_patch(&held, &released), merge_patch(&released, &held))
+}
+
+/// An RFC 7386 merge patch turning `from` into `to` (objects only).
+fn merge_patch(from: &Value, to: &Value) -> Value {
+    match (from, to) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in b {
+                match a.get(k) {
+                    Some(old) if old == v => {}
+                    Some(old) if old.is_object() && v.is_object() => {
+                        patch.insert(k.clone(), merge_patch(old, v));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in a.keys() {
+                if !b.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        (_, to) => to.clone(),
+    }
+}
+
+/// What the controller knows of an ElasticQuota.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaRecord {
+    /// Name.
+    pub name: String,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Parent name (root quota name when unlabeled).
+    pub parent: String,
+    /// Inner node.
+    pub is_parent: bool,
+    /// min.
+    pub min: Resources,
+    /// max.
+    pub max: Resources,
+    /// Policy of its queue.
+    pub policy: QueuePolicy,
+    /// A min/max that could not be read.
+    pub invalid: Option<String>,
+}
+
+impl QuotaRecord {
+    /// The record of `quota`.
+    pub fn from_quota(quota: &ElasticQuota) -> Self {
+        let parse = |list: &Option<koord_queue_api::queue_unit::ResourceList>| {
+            list.as_ref()
+                .map(Resources::from_list)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let (min, max, invalid) = match (parse(&quota.spec.min), parse(&quota.spec.max)) {
+            (Ok(min), Ok(max)) => (min, max, None),
+            (Err(e), _) | (_, Err(e)) => (Resources::new(), Resources::new(), Some(e.to_string())),
+        };
+        Self {
+            name: quota.name_any(),
+            namespace: quota.namespace().unwrap_or_default(),
+            parent: quota.parent_name().to_string(),
+            is_parent: quota.is_parent(),
+            min,
+            max,
+            policy: quota
+                .labels()
+                .get(keys::QUEUE_POLICY_LABEL)
+                .and_then(|v| QueuePolicy::from_label(v))
+                .unwrap_or_default(),
+            invalid,
+        }
+    }
+}
+
+/// What the controller knows of a Queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueRecord {
+    /// Name.
+    pub name: String,
+    /// Serving priority.
+    pub priority: i32,
+    /// Policy.
+    pub policy: QueuePolicy,
+    /// Quota this queue was created for (label), if any.
+    pub managed_for: Option<String>,
+    /// Published status (to write only when it changes).
+    pub status: Option<koord_queue_api::QueueStatus>,
+}
+
+/// Label on Queues the scheduler keeps for an ElasticQuota.
+pub const QUEUE_FOR_QUOTA_LABEL: &str = "koord-queue/elastic-quota";
+
+impl QueueRecord {
+    /// The record of `queue`.
+    pub fn from_queue(queue: &Queue) -> Self {
+        Self {
+            name: queue.name_any(),
+            priority: queue.spec.effective_priority(),
+            policy: queue.spec.queue_policy,
+            managed_for: queue.labels().get(QUEUE_FOR_QUOTA_LABEL).cloned(),
+            status: queue.status.clone(),
+        }
+    }
+}
+
+/// A node's contribution to the cluster capacity.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NodeRecord {
+    /// Node name.
+    pub name: String,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Condition Ready=True and schedulable.
+    pub ready: bool,
+}
+
+impl NodeRecord {
+    /// The record of `node`.
+    pub fn from_node(node: &Node) -> Self {
+        let status = node.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            && !node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            allocatable: status
+                .allocatable
+                .as_ref()
+                .and_then(|a| Resources::from_list(a).ok())
+                .unwrap_or_default(),
+            ready,
+        }
+    }
+}
+
+/// Finds the adapter of a job kind by apiVersion and kind.
+pub fn adapter_for(api_version: &str, kind: &str) -> Option<&'static dyn JobAdapter> {
+    jobs::for_api_version(api_version, kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_and_hold_patches_touch_only_the_hold_fields() {
+        let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
+        let (release, hold) = hold_release_patches(tf);
+        assert_eq!(
+            release,
+            serde_json::json!({
+                "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: null } },
+                "spec": { "runPolicy": { "suspend": false } }
+            })
+        );
+        assert_eq!(
+            hold,
+            serde_json::json!({
+                "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: "true" } },
+                "spec": { "runPolicy": { "suspend": true } }
+            })
+        );
+        let job = jobs::for_kind("batch", "Job").unwrap();
+        let (release, hold) = hold_release_patches(job);
+        assert_eq!(release, serde_json::json!({ "spec": { "suspend": false } }));
+        assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
+    }
+}
+
+/// A namespace ResourceQuota, reduced to the resources a unit's request
+/// names: `requests.cpu` and `cpu` count as `cpu`, and so on; limits and
+/// object counts are not checked.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NamespaceQuotaRecord {
+    /// Namespace.
+    pub namespace: String,
+    /// Name of the ResourceQuota.
+    pub name: String,
+    /// Hard limits on requests.
+    pub hard: Resources,
+    /// Requests in use.
+    pub used: Resources,
+}
+
+impl NamespaceQuotaRecord {
+    /// The record of `quota`.
+    pub fn from_quota(quota: &k8s_openapi::api::core::v1::ResourceQuota) -> Self {
+        let requests = |list: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| {
+            let mut out = Resources::new();
+            for (key, q) in list.into_iter().flatten() {
+                let name = key.strip_prefix("requests.").unwrap_or(key);
+                if key.starts_with("limits.")
+                    || key.starts_with("count/")
+                    || name == "pods"
+                    || name.contains("services")
+                {
+                    continue;
+                }
+                if let Ok(v) = koord_queue_api::resources::parse_quantity(name, &q.0) {
+                    // `cpu` and `requests.cpu` may both be set: the tighter wins.
+                    let cur = if out.contains(name) {
+                        out.get(name).min(v)
+                    } else {
+                        v
+                    };
+                    out.set(name, cur);
+                }
+            }
+            out
+        };
+        let spec = quota.spec.as_ref();
+        let status = quota.status.as_ref();
+        Self {
+            namespace: quota.namespace().unwrap_or_default(),
+            name: quota.name_any(),
+            hard: requests(
+                status
+                    .and_then(|s| s.hard.as_ref())
+                    .or_else(|| spec.and_then(|s| s.hard.as_ref())),
+            ),
+            used: requests(status.and_then(|s| s.used.as_ref())),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Watches that feed the controller: QueueUnits, Queues (system namespace),
+//! ElasticQuotas, Nodes and every enabled job kind. Objects are turned into
+//! compact records on arrival. A job kind whose CRD is not installed is
+//! reported as absent (with a warning) and picked up once the CRD appears —
+//! the watch keeps retrying with backoff.
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::jobs::JobAdapter;
+use koord_queue_api::{ElasticQuota, Queue, QueueUnit};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+
+use super::records::{
+    JobRecord, NamespaceQuotaRecord, NodeRecord, QueueRecord, QuotaRecord, UnitRecord,
+};
+
+/// A change of one watched kind.
+#[derive(Debug)]
+pub enum Change<T> {
+    /// Created or updated (also during the initial list).
+    Applied(T),
+    /// Deleted: namespace and name.
+    Deleted(String, String),
+    /// The initial list is complete.
+    Synced,
+    /// The kind's API is not installed (yet).
+    Absent,
+}
+
+/// Everything the controller reacts to from the API.
+#[derive(Debug)]
+pub enum Input {
+    /// A QueueUnit changed.
+    Unit(Change<Box<UnitRecord>>),
+    /// A job that names a QueueUnit changed (or a job of the kind was deleted).
+    Job(&'static str, Change<Box<JobRecord>>),
+    /// An ElasticQuota changed.
+    Quota(Change<Box<QuotaRecord>>),
+    /// A Queue changed.
+    Queue(Change<Box<QueueRecord>>),
+    /// A node changed.
+    Node(Change<Box<NodeRecord>>),
+    /// A namespace ResourceQuota changed (only watched when the
+    /// `ResourceQuota` plugin is enabled).
+    NamespaceQuota(Change<Box<NamespaceQuotaRecord>>),
+}
+
+/// Name of a watched source, for sync tracking.
+pub type SourceName = &'static str;
+
+/// Starts every watch on the current runtime; inputs go to `tx`. Returns the
+/// names of the sources (each reports [`Change::Synced`] or [`Change::Absent`]
+/// once).
+pub fn start(
+    client: &kube::Client,
+    system_namespace: &str,
+    kinds: &[&'static dyn JobAdapter],
+    resource_quotas: bool,
+    tx: mpsc::Sender<Input>,
+) -> Vec<SourceName> {
+    let config = watcher::Config::default().any_semantic();
+    let mut sources = vec!["queueunits", "queues", "elasticquotas", "nodes"];
+
+    spawn(
+        watch(Api::<QueueUnit>::all(client.clone()), config.clone()),
+        tx.clone(),
+        |u: QueueUnit| Box::new(UnitRecord::from_unit(&u)),
+        Input::Unit,
+    );
+    spawn(
+        watch(
+            Api::<Queue>::namespaced(client.clone(), system_namespace),
+            config.clone(),
+        ),
+        tx.clone(),
+        |q: Queue| Box::new(QueueRecord::from_queue(&q)),
+        Input::Queue,
+    );
+    spawn(
+        watch(Api::<ElasticQuota>::all(client.clone()), config.clone()),
+        tx.clone(),
+        |q: ElasticQuota| Box::new(QuotaRecord::from_quota(&q)),
+        Input::Quota,
+    );
+    spawn(
+        watch(Api::<Node>::all(client.clone()), config.clone()),
+        tx.clone(),
+        |n: Node| Box::new(NodeRecord::from_node(&n)),
+        Input::Node,
+    );
+    if resource_quotas {
+        sources.push("resourcequotas");
+        spawn(
+            watch(
+                Api::<k8s_openapi::api::core::v1::ResourceQuota>::all(client.clone()),
+                config.clone(),
+            ),
+            tx.clone(),
+            |q: k8s_openapi::api::core::v1::ResourceQuota| {
+                Box::new(NamespaceQuotaRecord::from_quota(&q))
+            },
+            Input::NamespaceQuota,
+        );
+    }
+    for adapter in kinds {
+        let adapter: &'static dyn JobAdapter = *adapter;
+        let kind = adapter.kind();
+        let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let stream = watcher::watcher(api, config.clone()).default_backoff();
+        let tx = tx.clone();
+        let name = kind.kind;
+        sources.push(name);
+        tokio::spawn(async move {
+            forward(
+                stream,
+                tx,
+                name,
+                move |obj: DynamicObject| {
+                    // Jobs Koord-Queue does not queue are not kept.
+                    JobRecord::from_object(adapter, &obj).map(Box::new)
+                },
+                move |change| Input::Job(name, change),
+            )
+            .await;
+        });
+    }
+    sources
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}
+
+fn spawn<K, T, S>(
+    stream: S,
+    tx: mpsc::Sender<Input>,
+    convert: fn(K) -> T,
+    wrap: fn(Change<T>) -> Input,
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    K: kube::Resource + Send + 'static,
+    T: Send + 'static,
+{
+    let name = std::any::type_name::<K>();
+    tokio::spawn(forward(stream, tx, name, move |k| Some(convert(k)), wrap));
+}
+
+async fn forward<K, T, S, C, W>(
+    stream: S,
+    tx: mpsc::Sender<Input>,
+    name: &'static str,
+    convert: C,
+    wrap: W,
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    K: kube::Resource,
+    C: Fn(K) -> Option<T>,
+    W: Fn(Change<T>) -> Input,
+{
+    futures::pin_mut!(stream);
+    let mut absent_reported = false;
+    while let Some(event) = stream.next().await {
+        let change = match event {
+            Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
+                let (ns, n) = (
+                    obj.meta().namespace.clone().unwrap_or_default(),
+                    obj.meta().name.clone().unwrap_or_default(),
+                );
+                match convert(obj) {
+                    Some(record) => Change::Applied(record),
+                    // Not ours (e.g. a job without the annotation): treat as
+                    // gone so a stale record is dropped.
+                    None => Change::Deleted(ns, n),
+                }
+            }
+            Ok(Event::Delete(obj)) => Change::Deleted(
+                obj.meta().namespace.clone().unwrap_or_default(),
+                obj.meta().name.clone().unwrap_or_default(),
+            ),
+            Ok(Event::Init) => continue,
+            Ok(Event::InitDone) => {
+                absent_reported = false;
+                Change::Synced
+            }
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
+                if absent_reported {
+                    continue;
+                }
+                absent_reported = true;
+                tracing::warn!(
+                    kind = name,
+                    "API not installed; jobs of this kind are not followed until its CRD appears"
+                );
+                Change::Absent
+            }
+            Err(error) => {
+                tracing::debug!(kind = name, %error, "watch error; retrying with backoff");
+                continue;
+            }
+        };
+        if tx.send(wrap(change)).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,1339 @@
+//! The controller's state machine. One task owns it: every input (watch
+//! change, write result, timer, leadership change) is handled in turn, so the
+//! core and the records never race.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use koord_queue_api::jobs::JobState;
+use koord_queue_api::queue::QueueItemDetail;
+use koord_queue_api::queue_unit::{Admission, QueueUnitPhase};
+use koord_queue_api::{Queue, QueueSpec, QueueStatus, Resources, keys};
+use koord_queue_runtime::{Leadership, Readiness};
+use tokio::sync::{mpsc, watch};
+
+use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
+use super::records::{
+    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord,
+    QuotaRecord, UnitRecord, key,
+};
+use super::sources::{Change, Input, SourceName};
+use super::writes::{JobRef, Outcome, Write, Writer, Written};
+use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDef};
+
+/// Readiness condition: every watch has its initial list.
+pub const CACHES_SYNCED: &str = "caches synced";
+/// Readiness condition: the leader ran its first cycle (standbys: at once).
+pub const FIRST_CYCLE: &str = "first cycle";
+
+/// Most waiting units listed in `Queue.status.queueItemDetails`.
+const QUEUE_DETAILS_LIMIT: usize = 1000;
+/// Most position/reason writes per visibility pass.
+const VISIBILITY_BUDGET: usize = 200;
+/// Minimum interval between two "Waiting" Events of one job.
+const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Tunables of the controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// System namespace (Queues).
+    pub namespace: String,
+    /// Orphan units are deleted after this.
+    pub orphan_grace: Duration,
+    /// Batching window of cycles.
+    pub cycle_batch: Duration,
+    /// Minimum interval between status updates of one unit or queue.
+    pub status_interval: Duration,
+    /// Emit Events on jobs.
+    pub job_events: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Membership {
+    Absent,
+    Waiting,
+    Holding,
+}
+
+#[derive(Debug)]
+struct UnitState {
+    rec: UnitRecord,
+    member: Membership,
+    /// The definition last given to the core (to skip no-op upserts).
+    given: Option<UnitDef>,
+    /// An adopt/release/phase/hold/delete write is in flight.
+    busy: bool,
+    /// A position/reason write is in flight.
+    publishing: bool,
+    /// Ignore watch events older than our last write.
+    expect_rv: Option<u64>,
+    /// Released by this process (not found released at start).
+    released_here: bool,
+    /// The job was seen running (unheld) since its release.
+    release_ack: bool,
+    /// Why it waits, as last computed.
+    reason: Option<String>,
+    last_published: Option<Instant>,
+    last_waiting_event: Option<Instant>,
+    released_at: Option<Instant>,
+}
+
+impl UnitState {
+    fn new(rec: UnitRecord) -> Self {
+        Self {
+            rec,
+            member: Membership::Absent,
+            given: None,
+            busy: false,
+            publishing: false,
+            expect_rv: None,
+            released_here: false,
+            release_ack: false,
+            reason: None,
+            last_published: None,
+            last_waiting_event: None,
+            released_at: None,
+        }
+    }
+
+    fn def(&self) -> UnitDef {
+        let r = &self.rec;
+        UnitDef {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            queue: r.queue.clone(),
+            priority: r.priority,
+            created_ms: r.created_ms,
+            request: r.request.clone(),
+            quota: r.quota.clone(),
+            labels: r.labels.clone(),
+        }
+    }
+}
+
+/// The controller.
+pub struct Controller {
+    core: Core,
+    settings: Settings,
+    units: HashMap<Key, UnitState>,
+    jobs: HashMap<JobKey, JobRecord>,
+    quotas: HashMap<String, QuotaRecord>,
+    queues: HashMap<String, QueueRecord>,
+    nodes: HashMap<String, NodeRecord>,
+    namespace_quotas: HashMap<String, HashMap<String, NamespaceQuotaRecord>>,
+    unsynced: HashSet<SourceName>,
+    writer: Writer,
+    leader: Leadership,
+    metrics: Metrics,
+    readiness: Readiness,
+    capacity: Option<RootCapacity>,
+    cycle_due: Option<Instant>,
+    ran_first_cycle: bool,
+    queue_writes: HashSet<String>,
+    queue_published: HashMap<String, Instant>,
+    last_visibility_pass: Option<Instant>,
+    held_missing_unit: HashSet<JobKey>,
+    retry: HashSet<Key>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("units", &self.units.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+impl Controller {
+    /// A controller over `core`, waiting for `sources` to sync.
+    pub fn new(
+        core: Core,
+        settings: Settings,
+        sources: Vec<SourceName>,
+        writer: Writer,
+        leader: Leadership,
+        metrics: Metrics,
+        readiness: Readiness,
+    ) -> Self {
+        Self {
+            core,
+            settings,
+            units: HashMap::new(),
+            jobs: HashMap::new(),
+            quotas: HashMap::new(),
+            queues: HashMap::new(),
+            nodes: HashMap::new(),
+            namespace_quotas: HashMap::new(),
+            unsynced: sources.into_iter().collect(),
+            writer,
+            leader,
+            metrics,
+            readiness,
+            capacity: None,
+            cycle_due: None,
+            ran_first_cycle: false,
+            queue_writes: HashSet::new(),
+            queue_published: HashMap::new(),
+            last_visibility_pass: None,
+            held_missing_unit: HashSet::new(),
+            retry: HashSet::new(),
+        }
+    }
+
+    fn synced(&self) -> bool {
+        self.unsynced.is_empty()
+    }
+
+    fn leads(&self) -> bool {
+        self.leader.is_leader()
+    }
+
+    /// Runs until `stop` resolves.
+    pub async fn run(
+        mut self,
+        mut inputs: mpsc::Receiver<Input>,
+        mut written: mpsc::UnboundedReceiver<Written>,
+        mut leadership: watch::Receiver<bool>,
+        stop: impl Future<Output = ()>,
+    ) {
+        if !self.leads() {
+            // Standbys are ready once synced; the leader after its first cycle.
+            self.readiness.set(FIRST_CYCLE, true);
+        }
+        let mut housekeeping = tokio::time::interval(Duration::from_millis(500));
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            let due = self.cycle_due;
+            let cycle = async move {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = &mut stop => {
+                    tracing::info!("controller stopping");
+                    return;
+                }
+                Some(w) = written.recv() => self.on_written(w),
+                Some(input) = inputs.recv() => self.on_input(input),
+                changed = leadership.changed() => {
+                    if changed.is_err() {
+                        tracing::warn!("leader election ended; controller stopping");
+                        return;
+                    }
+                    let leads = *leadership.borrow();
+                    self.on_leadership(leads);
+                }
+                _ = cycle => {
+                    self.cycle_due = None;
+                    self.cycle();
+                }
+                _ = housekeeping.tick() => self.housekeeping(),
+            }
+        }
+    }
+
+    fn request_cycle(&mut self) {
+        if self.cycle_due.is_none() {
+            self.cycle_due = Some(Instant::now() + self.settings.cycle_batch);
+        }
+    }
+
+    // ---- inputs -------------------------------------------------------------
+
+    fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Unit(change) => self.on_unit(change),
+            Input::Job(kind, change) => self.on_job(kind, change),
+            Input::Quota(change) => self.on_quota(change),
+            Input::Queue(change) => self.on_queue(change),
+            Input::Node(change) => self.on_node(change),
+            Input::NamespaceQuota(change) => self.on_namespace_quota(change),
+        }
+    }
+
+    fn source_done(&mut self, source: SourceName) {
+        if self.unsynced.remove(source) && self.unsynced.is_empty() {
+            tracing::info!(
+                units = self.units.len(),
+                jobs = self.jobs.len(),
+                "caches synced; held quota rebuilt from the API"
+            );
+            self.readiness.set(CACHES_SYNCED, true);
+            self.recompute_capacity();
+            let keys: Vec<Key> = self.units.keys().cloned().collect();
+            for k in keys {
+                self.reconcile(&k);
+            }
+            self.request_cycle();
+        }
+    }
+
+    fn on_unit(&mut self, change: Change<Box<UnitRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let k = rec.key();
+                match self.units.get_mut(&k) {
+                    Some(st) => {
+                        if let (Some(expected), Some(rv)) = (st.expect_rv, rec.resource_version)
+                            && rv < expected
+                        {
+                            return; // older than our own write
+                        }
+                        st.expect_rv = None;
+                        st.rec = *rec;
+                    }
+                    None => {
+                        self.units.insert(k.clone(), UnitState::new(*rec));
+                    }
+                }
+                self.reconcile(&k);
+            }
+            Change::Deleted(ns, name) => {
+                let k = key(&ns, &name);
+                if let Some(st) = self.units.remove(&k) {
+                    if st.member != Membership::Absent {
+                        self.core.remove_unit(&k);
+                        self.request_cycle();
+                    }
+                    self.on_unit_gone(&st);
+                }
+            }
+            Change::Synced | Change::Absent => self.source_done("queueunits"),
+        }
+    }
+
+    /// A unit was deleted: if its job still lives, it stays held (and is held
+    /// again if it ran), and an Event says why (design §3 rule 3).
+    fn on_unit_gone(&mut self, st: &UnitState) {
+        let Some(job) = self
+            .jobs
+            .get(&st.rec.job_key())
+            .filter(|j| j.unit_name == st.rec.name)
+        else {
+            return;
+        };
+        if job.deleting
+            || matches!(job.state, JobState::Succeeded | JobState::Failed)
+            || !self.leads()
+        {
+            return;
+        }
+        let job_ref = job_ref(job);
+        if !job.held {
+            self.writer.submit(Write::HoldJob {
+                unit: st.rec.key(),
+                job: job_ref.clone(),
+            });
+        }
+        self.event(&job_ref, true, "QueueUnitDeleted", format!(
+            "QueueUnit {} was deleted: the job stays held and is not queued. Delete and re-create the job to queue it again",
+            st.rec.name
+        ));
+    }
+
+    fn on_job(&mut self, kind: &'static str, change: Change<Box<JobRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let unit = key(&rec.namespace, &rec.unit_name);
+                self.jobs.insert(rec.key(), *rec);
+                if self.units.contains_key(&unit) {
+                    self.reconcile(&unit);
+                }
+            }
+            Change::Deleted(ns, name) => {
+                if let Some(rec) = self.jobs.remove(&JobKey::new(kind, &ns, &name)) {
+                    let unit = key(&rec.namespace, &rec.unit_name);
+                    if self.units.contains_key(&unit) {
+                        self.reconcile(&unit);
+                    }
+                }
+            }
+            Change::Synced | Change::Absent => self.source_done(kind),
+        }
+    }
+
+    fn on_quota(&mut self, change: Change<Box<QuotaRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let rec = *rec;
+                if let Some(invalid) = &rec.invalid {
+                    tracing::warn!(quota = %rec.name, %invalid, "ElasticQuota ignored");
+                } else if rec.name != keys::ROOT_QUOTA_NAME {
+                    let parent = Some(rec.parent.clone()).filter(|p| p != keys::ROOT_QUOTA_NAME);
+                    let def = QuotaDef {
+                        name: rec.name.clone(),
+                        parent,
+                        min: rec.min.clone(),
+                        max: rec.max.clone(),
+                        is_parent: rec.is_parent,
+                    };
+                    if let Err(error) = self.core.upsert_quota(&def) {
+                        tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");
+                    }
+                }
+                self.quotas.insert(rec.name.clone(), rec);
+            }
+            Change::Deleted(_, name) => {
+                self.quotas.remove(&name);
+                self.core.remove_quota(&name);
+            }
+            Change::Synced | Change::Absent => return self.source_done("elasticquotas"),
+        }
+        self.recompute_capacity();
+        self.request_cycle();
+    }
+
+    fn on_queue(&mut self, change: Change<Box<QueueRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let def = QueueDef::new(rec.name.clone())
+                    .with_priority(rec.priority)
+                    .with_policy(rec.policy);
+                self.core.upsert_queue(&def);
+                self.queues.insert(rec.name.clone(), *rec);
+            }
+            Change::Deleted(_, name) => {
+                self.queues.remove(&name);
+                self.core.remove_queue(&name);
+            }
+            Change::Synced | Change::Absent => return self.source_done("queues"),
+        }
+        self.request_cycle();
+    }
+
+    fn on_node(&mut self, change: Change<Box<NodeRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                // Heartbeats arrive often; only allocatable/readiness changes matter.
+                if self.nodes.get(&rec.name) == Some(&*rec) {
+                    return;
+                }
+                self.nodes.insert(rec.name.clone(), *rec);
+            }
+            Change::Deleted(_, name) => {
+                if self.nodes.remove(&name).is_none() {
+                    return;
+                }
+            }
+            Change::Synced | Change::Absent => return self.source_done("nodes"),
+        }
+        if self.recompute_capacity() {
+            self.request_cycle();
+        }
+    }
+
+    fn on_namespace_quota(&mut self, change: Change<Box<NamespaceQuotaRecord>>) {
+        let namespace = match change {
+            Change::Applied(rec) => {
+                let ns = rec.namespace.clone();
+                let quotas = self.namespace_quotas.entry(ns.clone()).or_default();
+                if quotas.get(&rec.name) == Some(&*rec) {
+                    return;
+                }
+                quotas.insert(rec.name.clone(), *rec);
+                ns
+            }
+            Change::Deleted(ns, name) => {
+                if let Some(quotas) = self.namespace_quotas.get_mut(&ns) {
+                    quotas.remove(&name);
+                }
+                ns
+            }
+            Change::Synced | Change::Absent => return self.source_done("resourcequotas"),
+        };
+        // Several ResourceQuotas in one namespace must all admit the unit:
+        // hand the core the tightest headroom (hard - used) per resource.
+        let quotas = self
+            .namespace_quotas
+            .get(&namespace)
+            .map(|q| q.values().collect::<Vec<_>>())
+            .unwrap_or_default();
+        if quotas.is_empty() {
+            self.namespace_quotas.remove(&namespace);
+            self.core.remove_namespace_quota(&namespace);
+        } else {
+            let mut headroom = Resources::new();
+            for q in &quotas {
+                for (resource, hard) in q.hard.iter() {
+                    let room = hard.saturating_sub(q.used.get(resource));
+                    let tightest = if headroom.contains(resource) {
+                        headroom.get(resource).min(room)
+                    } else {
+                        room
+                    };
+                    headroom.set(resource, tightest);
+                }
+            }
+            self.core
+                .set_namespace_quota(&namespace, &headroom, &Resources::new());
+        }
+        self.request_cycle();
+    }
+
+    fn on_leadership(&mut self, leads: bool) {
+        self.metrics.leader.set(i64::from(leads));
+        if leads {
+            tracing::info!("leading: scheduling and writing");
+            self.ran_first_cycle = false;
+            self.readiness.set(FIRST_CYCLE, false);
+            self.core.mark_all_dirty();
+            let keys: Vec<Key> = self.units.keys().cloned().collect();
+            for k in keys {
+                self.reconcile(&k);
+            }
+            self.request_cycle();
+        } else {
+            tracing::info!("standing by: no cycles, no writes");
+            self.cycle_due = None;
+            self.readiness.set(FIRST_CYCLE, true);
+        }
+    }
+}
+
+fn job_ref(job: &JobRecord) -> JobRef {
+    JobRef {
+        adapter: job.adapter,
+        namespace: job.namespace.clone(),
+        name: job.name.clone(),
+        uid: job.uid.clone(),
+    }
+}
+
+// ---- reconciliation -----------------------------------------------------------
+
+impl Controller {
+    /// Brings the core's view of unit `k` in line with the observed unit and
+    /// job, then (as leader) issues the lifecycle write the pair calls for.
+    fn reconcile(&mut self, k: &Key) {
+        let Some(st) = self.units.get(k) else { return };
+        if st.busy {
+            return;
+        }
+        let job = self
+            .jobs
+            .get(&st.rec.job_key())
+            .filter(|j| j.unit_name == st.rec.name);
+        tracing::trace!(unit = %k, phase = ?st.rec.phase, job = ?job.map(|j| (j.held, j.state)), "reconcile");
+        let desired = desired_membership(&st.rec, job);
+        self.set_membership(k, desired);
+        if self.synced() && self.leads() {
+            self.lifecycle(k);
+        }
+    }
+
+    fn set_membership(&mut self, k: &Key, desired: Membership) {
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
+        let def = st.def();
+        let mut changed = false;
+        match (st.member, desired) {
+            (Membership::Absent, Membership::Absent) => {}
+            (_, Membership::Absent) => {
+                self.core.remove_unit(k);
+                st.given = None;
+                changed = true;
+            }
+            (from, to) => {
+                if st.given.as_ref() != Some(&def) {
+                    if let Err(error) = self.core.upsert_unit(&def) {
+                        tracing::warn!(unit = %k, %error, "unit not schedulable");
+                        return;
+                    }
+                    st.given = Some(def);
+                    changed = true;
+                }
+                match (from, to) {
+                    (Membership::Holding, Membership::Waiting) => {
+                        let _ = self.core.free(k);
+                        changed = true;
+                    }
+                    (f, Membership::Holding) if f != Membership::Holding => {
+                        let held = if st.rec.held.is_zero() {
+                            st.rec.request.clone()
+                        } else {
+                            st.rec.held.clone()
+                        };
+                        let _ = self.core.hold(k, &held);
+                        changed = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        st.member = desired;
+        if changed {
+            self.request_cycle();
+        }
+    }
+
+    /// The lifecycle write unit `k` needs now, if any (leader only).
+    fn lifecycle(&mut self, k: &Key) {
+        let Some(st) = self.units.get(k) else { return };
+        if st.busy || st.rec.deleting {
+            return;
+        }
+        let rec = &st.rec;
+        let job = self
+            .jobs
+            .get(&rec.job_key())
+            .filter(|j| j.unit_name == rec.name);
+        let write = match (rec.phase, job) {
+            (None, Some(job)) if !job.deleting => Some(Write::Adopt {
+                unit: k.clone(),
+                job: job_ref(job),
+                message: format!("waiting in queue {}", rec.queue),
+            }),
+            // Adopted units whose job is gone: delete (the garbage collector
+            // would too; doing it now frees the quota at once).
+            (Some(_), None) => Some(Write::DeleteUnit { unit: k.clone() }),
+            (Some(QueueUnitPhase::Enqueued), Some(job)) if !job.held && !finished(job.state) => {
+                // Released by someone else (e.g. while the webhook was down):
+                // hold it again, it holds no quota.
+                let job = job_ref(job);
+                self.event(&job, true, "HeldAgain", format!(
+                    "the job was released outside Koord-Queue; it is held again and waits in queue {}", rec.queue
+                ));
+                Some(Write::HoldJob {
+                    unit: k.clone(),
+                    job,
+                })
+            }
+            (Some(phase), Some(job)) if phase.holds_quota() => {
+                if finished(job.state) {
+                    let (phase, text) = match job.state {
+                        JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
+                        _ => (QueueUnitPhase::Failed, "job failed"),
+                    };
+                    Some(Write::Phase {
+                        unit: k.clone(),
+                        phase,
+                        admissions: Some(Vec::new()),
+                        message: text.into(),
+                    })
+                } else if job.held {
+                    if st.release_ack || !st.released_here {
+                        Some(Write::Phase {
+                            unit: k.clone(),
+                            phase: QueueUnitPhase::Enqueued,
+                            admissions: Some(Vec::new()),
+                            message: format!(
+                                "the job was suspended again; waiting in queue {}",
+                                rec.queue
+                            ),
+                        })
+                    } else {
+                        None // our release has not reached the watch yet
+                    }
+                } else if job.state == JobState::Running && phase == QueueUnitPhase::Dequeued {
+                    Some(Write::Phase {
+                        unit: k.clone(),
+                        phase: QueueUnitPhase::Running,
+                        admissions: None,
+                        message: "running".into(),
+                    })
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        // The release reached the job: from now on a held job means re-suspended.
+        let running = job.is_some_and(|j| j.state == JobState::Running);
+        if let Some(job) = job
+            && !job.held
+            && let Some(st) = self.units.get_mut(k)
+            && st.rec.holds_quota()
+        {
+            st.release_ack = true;
+            if running && st.member == Membership::Holding {
+                // Its pods exist now: the namespace's ResourceQuota counts them.
+                let _ = self.core.mark_started(k);
+            }
+        }
+        if let Some(write) = write {
+            tracing::debug!(unit = %k, operation = write.operation(), "lifecycle write");
+            self.submit_unit_write(k, write);
+        }
+    }
+
+    fn submit_unit_write(&mut self, k: &Key, write: Write) {
+        if let Some(st) = self.units.get_mut(k) {
+            st.busy = true;
+            // Quota of a finished or re-suspended job is freed at once; if the
+            // write fails the unit is reconciled (and held) again.
+            if let Write::Phase {
+                admissions: Some(_),
+                ..
+            } = &write
+                && st.member != Membership::Absent
+            {
+                self.core.remove_unit(k);
+                st.member = Membership::Absent;
+                st.given = None;
+                self.request_cycle();
+            }
+        }
+        self.writer.submit(write);
+    }
+
+    fn event(&self, job: &JobRef, warning: bool, reason: &'static str, note: String) {
+        if self.settings.job_events && self.leads() {
+            self.writer.submit(Write::Event {
+                job: job.clone(),
+                warning,
+                reason,
+                note,
+            });
+        }
+    }
+
+    // ---- cycles ---------------------------------------------------------------
+
+    fn cycle(&mut self) {
+        if !self.synced() || !self.leads() {
+            return;
+        }
+        let started = Instant::now();
+        let out = self.core.run_cycle();
+        tracing::trace!(decisions = out.decisions.len(), "cycle done");
+        self.metrics
+            .cycle_duration
+            .observe(started.elapsed().as_secs_f64());
+        if !self.ran_first_cycle {
+            self.ran_first_cycle = true;
+            self.readiness.set(FIRST_CYCLE, true);
+        }
+        for decision in out.decisions {
+            let k: Key = decision.unit.clone();
+            let Some(st) = self.units.get_mut(&k) else {
+                let _ = self.core.unreserve(&k);
+                continue;
+            };
+            let job = self
+                .jobs
+                .get(&st.rec.job_key())
+                .filter(|j| j.unit_name == st.rec.name);
+            let (Some(job), false) = (job, st.busy) else {
+                // Cannot release now (job vanished, or a write is pending).
+                let _ = self.core.unreserve(&k);
+                continue;
+            };
+            st.member = Membership::Holding;
+            st.busy = true;
+            st.released_here = true;
+            st.release_ack = false;
+            st.released_at = Some(Instant::now());
+            let quota = st.rec.quota.clone().unwrap_or_else(|| st.rec.queue.clone());
+            let write = Write::Release {
+                unit: k.clone(),
+                job: job_ref(job),
+                admissions: admissions(&st.rec, &decision.resources),
+                attempts: st.rec.attempts + 1,
+                message: format!(
+                    "released: {} reserved in quota {quota}{}",
+                    decision.resources,
+                    if decision.guaranteed {
+                        " (within its guaranteed minimum)"
+                    } else {
+                        " (borrowing idle capacity)"
+                    }
+                ),
+            };
+            self.writer.submit(write);
+        }
+        for (k, reason) in out.waiting {
+            if let Some(st) = self.units.get_mut(&k) {
+                st.reason = Some(reason.to_string());
+            }
+        }
+    }
+
+    // ---- write results --------------------------------------------------------
+
+    fn on_written(&mut self, done: Written) {
+        let Written { write, outcome } = done;
+        tracing::debug!(operation = write.operation(), unit = ?write.unit(), ?outcome, "write done");
+        let Some(k) = write.unit().cloned() else {
+            match &write {
+                Write::EnsureQueue { name, .. }
+                | Write::DeleteQueue { name }
+                | Write::QueueStatus { name, .. } => {
+                    self.queue_writes.remove(name);
+                }
+                _ => {}
+            }
+            return;
+        };
+        let ok_rv = match &outcome {
+            Outcome::Done(rv) => Some(*rv),
+            _ => None,
+        };
+        let Some(st) = self.units.get_mut(&k) else {
+            return;
+        };
+        if let Some(Some(rv)) = ok_rv {
+            st.expect_rv = Some(st.expect_rv.map_or(rv, |e| e.max(rv)));
+        }
+        match write {
+            Write::Visibility {
+                position, message, ..
+            } => {
+                st.publishing = false;
+                if ok_rv.is_some() {
+                    st.rec.position = position;
+                    st.rec.message = Some(message);
+                }
+                return;
+            }
+            Write::Release {
+                job,
+                admissions,
+                attempts,
+                ..
+            } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(QueueUnitPhase::Dequeued);
+                    st.rec.held = admissions
+                        .iter()
+                        .filter_map(|a| Resources::from_list(&a.resources).ok())
+                        .fold(Resources::new(), |mut t, r| {
+                            t.add(&r);
+                            t
+                        });
+                    st.rec.attempts = attempts;
+                    st.rec.position = None;
+                    self.metrics
+                        .attempts
+                        .get_or_create(&AttemptLabels {
+                            result: "released".into(),
+                        })
+                        .inc();
+                    let waited = (k8s_openapi::jiff::Timestamp::now().as_millisecond()
+                        - st.rec.created_ms)
+                        .max(0);
+                    self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
+                    let note = format!(
+                        "released from queue {} after {:.1}s",
+                        st.rec.queue,
+                        waited as f64 / 1000.0
+                    );
+                    self.event(&job, false, "Released", note);
+                } else {
+                    // Roll the reservation back; a later cycle retries.
+                    let _ = self.core.unreserve(&k);
+                    st.member = Membership::Waiting;
+                    st.released_here = false;
+                    self.metrics
+                        .attempts
+                        .get_or_create(&AttemptLabels {
+                            result: "failed".into(),
+                        })
+                        .inc();
+                    self.request_cycle();
+                }
+            }
+            Write::Adopt { job, .. } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(QueueUnitPhase::Enqueued);
+                    st.rec.owner_uid = Some(job.uid.clone());
+                    let queue = st.rec.queue.clone();
+                    self.event(
+                        &job,
+                        false,
+                        "Queued",
+                        format!(
+                            "queued in queue {queue}; the job is held until Koord-Queue releases it"
+                        ),
+                    );
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::Phase {
+                phase, admissions, ..
+            } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(phase);
+                    if admissions.is_some() {
+                        st.rec.held = Resources::new();
+                    }
+                    if let Some(job) = self
+                        .jobs
+                        .get(&st.rec.job_key())
+                        .filter(|j| j.unit_name == st.rec.name)
+                    {
+                        let job = job_ref(job);
+                        match phase {
+                            QueueUnitPhase::Succeed | QueueUnitPhase::Failed => {
+                                self.event(
+                                    &job,
+                                    false,
+                                    "Finished",
+                                    format!("{phase}: quota released"),
+                                );
+                            }
+                            QueueUnitPhase::Enqueued => {
+                                self.event(&job, true, "Requeued", format!("the job was suspended again: quota released, waiting in queue {}", self.units.get(&k).map(|s| s.rec.queue.clone()).unwrap_or_default()));
+                            }
+                            _ => {}
+                        }
+                    }
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::HoldJob { .. } | Write::DeleteUnit { .. } => {
+                st.busy = false;
+                if ok_rv.is_none() {
+                    self.retry.insert(k.clone());
+                }
+            }
+            _ => {}
+        }
+        self.reconcile(&k);
+    }
+
+    // ---- periodic work --------------------------------------------------------
+
+    fn housekeeping(&mut self) {
+        if !self.synced() {
+            return;
+        }
+        self.publish_metrics();
+        if !self.leads() {
+            return;
+        }
+        for k in std::mem::take(&mut self.retry) {
+            self.reconcile(&k);
+        }
+        self.collect_orphans();
+        self.hold_jobs_without_unit();
+        self.sync_queues_with_quotas();
+        let now = Instant::now();
+        if self
+            .last_visibility_pass
+            .is_none_or(|t| now.duration_since(t) >= self.settings.status_interval)
+        {
+            self.last_visibility_pass = Some(now);
+            self.publish_positions(now);
+            self.publish_queue_status(now);
+        }
+    }
+
+    /// Units whose job never appeared (refused after the webhook, retried
+    /// admission) are deleted after the grace period (design §4.6).
+    fn collect_orphans(&mut self) {
+        let grace_ms = i64::try_from(self.settings.orphan_grace.as_millis()).unwrap_or(i64::MAX);
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let orphans: Vec<Key> = self
+            .units
+            .iter()
+            .filter(|(_, st)| st.rec.phase.is_none() && !st.busy && !st.rec.deleting)
+            .filter(|(_, st)| now_ms - st.rec.created_ms > grace_ms)
+            .filter(|(_, st)| {
+                self.jobs
+                    .get(&st.rec.job_key())
+                    .is_none_or(|j| j.unit_name != st.rec.name)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in orphans {
+            tracing::info!(unit = %k, "deleting orphan QueueUnit: its job did not appear");
+            self.submit_unit_write(&k, Write::DeleteUnit { unit: k.clone() });
+        }
+    }
+
+    /// A running job whose unit is missing is held (it would run unqueued).
+    fn hold_jobs_without_unit(&mut self) {
+        let orphaned: Vec<JobRecord> = self
+            .jobs
+            .values()
+            .filter(|j| !j.held && !j.deleting && !finished(j.state))
+            .filter(|j| !self.units.contains_key(&key(&j.namespace, &j.unit_name)))
+            .filter(|j| !self.held_missing_unit.contains(&j.key()))
+            .cloned()
+            .collect();
+        for job in orphaned {
+            self.held_missing_unit.insert(job.key());
+            let job_ref = job_ref(&job);
+            self.writer.submit(Write::HoldJob {
+                unit: key(&job.namespace, &job.unit_name),
+                job: job_ref.clone(),
+            });
+            self.event(&job_ref, true, "QueueUnitMissing", format!(
+                "QueueUnit {} does not exist: the job is held. Delete and re-create the job to queue it again",
+                job.unit_name
+            ));
+        }
+    }
+
+    /// One Queue per ElasticQuota (except the root), with the policy of the
+    /// quota's `koord-queue/queue-policy` label; deleted with the quota.
+    fn sync_queues_with_quotas(&mut self) {
+        let mut writes = Vec::new();
+        for quota in self.quotas.values() {
+            if quota.name == keys::ROOT_QUOTA_NAME || self.queue_writes.contains(&quota.name) {
+                continue;
+            }
+            let existing = self.queues.get(&quota.name);
+            let needed = match existing {
+                None => true,
+                Some(q) => {
+                    q.managed_for.as_deref() == Some(quota.name.as_str())
+                        && q.policy != quota.policy
+                }
+            };
+            if needed {
+                let mut queue = Queue::new(
+                    &quota.name,
+                    QueueSpec {
+                        queue_policy: quota.policy,
+                        ..Default::default()
+                    },
+                );
+                queue.metadata.namespace = Some(self.settings.namespace.clone());
+                queue.metadata.labels =
+                    Some([(QUEUE_FOR_QUOTA_LABEL.to_string(), quota.name.clone())].into());
+                writes.push(Write::EnsureQueue {
+                    name: quota.name.clone(),
+                    queue: Box::new(queue),
+                    exists: existing.is_some(),
+                });
+            }
+        }
+        for queue in self.queues.values() {
+            if let Some(quota) = &queue.managed_for
+                && !self.quotas.contains_key(quota)
+                && !self.queue_writes.contains(&queue.name)
+            {
+                writes.push(Write::DeleteQueue {
+                    name: queue.name.clone(),
+                });
+            }
+        }
+        for w in writes {
+            if let Write::EnsureQueue { name, .. } | Write::DeleteQueue { name } = &w {
+                self.queue_writes.insert(name.clone());
+            }
+            self.writer.submit(w);
+        }
+    }
+
+    /// Positions and reasons of waiting units, written only when changed and
+    /// at most once per status interval per unit, within a budget per pass.
+    fn publish_positions(&mut self, now: Instant) {
+        let mut budget = VISIBILITY_BUDGET;
+        let queues: Vec<String> = self.core.queues().map(|q| q.name.to_string()).collect();
+        let mut writes = Vec::new();
+        for queue in queues {
+            for w in self.core.queue_waiting(&queue) {
+                if budget == 0 {
+                    break;
+                }
+                let k: &str = w.key;
+                let Some(st) = self.units.get(k) else {
+                    continue;
+                };
+                if st.busy || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
+                    continue;
+                }
+                if st
+                    .last_published
+                    .is_some_and(|t| now.duration_since(t) < self.settings.status_interval)
+                {
+                    continue;
+                }
+                let position = i64::try_from(w.position).ok();
+                let reason = w
+                    .reason
+                    .map(|r| r.to_string())
+                    .or_else(|| st.reason.clone());
+                let message = match reason {
+                    Some(r) => format!("position {} in queue {queue}: {r}", w.position),
+                    None => format!("position {} in queue {queue}", w.position),
+                };
+                if st.rec.position == position
+                    && st.rec.message.as_deref() == Some(message.as_str())
+                {
+                    continue;
+                }
+                budget -= 1;
+                writes.push((st.rec.key(), position, message));
+            }
+        }
+        for (k, position, message) in writes {
+            let Some(st) = self.units.get_mut(&k) else {
+                continue;
+            };
+            st.publishing = true;
+            st.last_published = Some(now);
+            // An Event when the reason (not just the place) changes.
+            let reason_changed =
+                strip_position(st.rec.message.as_deref()) != strip_position(Some(&message));
+            let event_due = st
+                .last_waiting_event
+                .is_none_or(|t| now.duration_since(t) >= WAITING_EVENT_INTERVAL);
+            let job = self
+                .jobs
+                .get(&st.rec.job_key())
+                .filter(|j| j.unit_name == st.rec.name)
+                .map(job_ref);
+            if reason_changed
+                && event_due
+                && let Some(job) = job
+            {
+                st.last_waiting_event = Some(now);
+                self.event(&job, false, "Waiting", message.clone());
+            }
+            self.writer.submit(Write::Visibility {
+                unit: k,
+                position,
+                message,
+            });
+        }
+    }
+
+    /// `Queue.status`: the first waiting units in order and the counts,
+    /// written only when changed.
+    fn publish_queue_status(&mut self, now: Instant) {
+        let warnings: Vec<(String, String)> = self
+            .core
+            .min_warnings()
+            .iter()
+            .map(|w| (w.quota.to_string(), w.to_string()))
+            .collect();
+        let names: Vec<String> = self.queues.keys().cloned().collect();
+        for name in names {
+            if self.queue_writes.contains(&name)
+                || self
+                    .queue_published
+                    .get(&name)
+                    .is_some_and(|t| now.duration_since(*t) < self.settings.status_interval)
+            {
+                continue;
+            }
+            let details: Vec<QueueItemDetail> = self
+                .core
+                .queue_waiting(&name)
+                .take(QUEUE_DETAILS_LIMIT)
+                .map(|w| {
+                    let (ns, n) = split_key(w.key);
+                    QueueItemDetail {
+                        name: n.to_string(),
+                        namespace: ns.to_string(),
+                        priority: w.priority,
+                        position: i64::try_from(w.position).unwrap_or(i64::MAX),
+                    }
+                })
+                .collect();
+            let counts = self.core.queue_counts(&name).unwrap_or_default();
+            let Some(queue) = self.queues.get_mut(&name) else {
+                continue;
+            };
+            let mut status = queue.status.clone().unwrap_or_default();
+            let mut items = BTreeMap::new();
+            items.insert("active".to_string(), details);
+            status.queue_item_details = items;
+            status.pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
+            status.admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
+            status.conditions = min_conditions(&name, &warnings, status.conditions);
+            if queue.status.as_ref() == Some(&status)
+                || (queue.status.is_none() && status == empty_status())
+            {
+                continue;
+            }
+            queue.status = Some(status.clone());
+            self.queue_published.insert(name.clone(), now);
+            self.queue_writes.insert(name.clone());
+            self.writer.submit(Write::QueueStatus {
+                name,
+                status: Box::new(status),
+            });
+        }
+    }
+
+    fn publish_metrics(&mut self) {
+        for q in self.core.queues() {
+            let labels = QueueLabels {
+                queue: q.name.to_string(),
+            };
+            if let Some(c) = self.core.queue_counts(q.name) {
+                self.metrics
+                    .pending
+                    .get_or_create(&labels)
+                    .set(i64::try_from(c.pending).unwrap_or(i64::MAX));
+                self.metrics
+                    .admitted
+                    .get_or_create(&labels)
+                    .set(i64::try_from(c.admitted).unwrap_or(i64::MAX));
+            }
+        }
+        for name in self.quotas.keys() {
+            let Some(f) = self.core.quota_figures(name) else {
+                continue;
+            };
+            for (family, values) in [
+                (&self.metrics.quota_min, &f.min),
+                (&self.metrics.quota_max, &f.max),
+                (&self.metrics.quota_used, &f.used),
+            ] {
+                for (resource, amount) in values.iter() {
+                    family
+                        .get_or_create(&QuotaLabels {
+                            quota: name.clone(),
+                            resource: resource.to_string(),
+                        })
+                        .set(amount);
+                }
+            }
+        }
+    }
+
+    /// Root capacity for the `auto` source: the root quota's max, else the
+    /// allocatable of Ready nodes. Returns whether it changed.
+    fn recompute_capacity(&mut self) -> bool {
+        if self.core.capacity_source() != Some(&CapacitySource::Auto) || !self.synced() {
+            return false;
+        }
+        let capacity = match self.quotas.get(keys::ROOT_QUOTA_NAME) {
+            Some(root) if !root.max.is_zero() => RootCapacity::Limited(root.max.clone()),
+            Some(_) => RootCapacity::Unlimited,
+            None => {
+                let mut total = Resources::new();
+                for node in self.nodes.values().filter(|n| n.ready) {
+                    total.add(&node.allocatable);
+                }
+                RootCapacity::Limited(total)
+            }
+        };
+        if self.capacity.as_ref() == Some(&capacity) {
+            return false;
+        }
+        tracing::info!(?capacity, "root capacity");
+        self.core.set_capacity(&capacity);
+        self.capacity = Some(capacity);
+        true
+    }
+}
+
+/// Condition type on the Queue of a quota whose children's guaranteed
+/// minimum exceeds its own (they are then scaled down proportionally).
+pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
+
+/// `conditions` with the [`MIN_OVERCOMMITTED`] condition of queue `name` set
+/// from `warnings` (quota name, text); other conditions are kept.
+fn min_conditions(
+    name: &str,
+    warnings: &[(String, String)],
+    mut conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let texts: Vec<&str> = warnings
+        .iter()
+        .filter(|(q, _)| q == name)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    let existing = conditions.iter().position(|c| c.type_ == MIN_OVERCOMMITTED);
+    if texts.is_empty() {
+        if let Some(i) = existing {
+            conditions.remove(i);
+        }
+        return conditions;
+    }
+    let message = texts.join("; ");
+    match existing {
+        Some(i) if conditions[i].message == message => {}
+        Some(i) => conditions[i].message = message,
+        None => conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: MIN_OVERCOMMITTED.into(),
+            status: "True".into(),
+            reason: "ChildrenMinExceedsMin".into(),
+            message,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+            observed_generation: None,
+        }),
+    }
+    conditions
+}
+
+fn empty_status() -> QueueStatus {
+    let mut status = QueueStatus::default();
+    status
+        .queue_item_details
+        .insert("active".into(), Vec::new());
+    status.pending = Some(0);
+    status.admitted = Some(0);
+    status
+}
+
+fn strip_position(message: Option<&str>) -> Option<&str> {
+    message.map(|m| m.split_once(": ").map_or(m, |(_, reason)| reason))
+}
+
+fn finished(state: JobState) -> bool {
+    matches!(state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Where unit `rec` belongs in the core given its job.
+fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
+    if rec.deleting || rec.invalid.is_some() {
+        return Membership::Absent;
+    }
+    match rec.phase {
+        Some(QueueUnitPhase::Enqueued) => match job {
+            Some(j) if j.held && !j.deleting => Membership::Waiting,
+            _ => Membership::Absent,
+        },
+        Some(p) if p.holds_quota() => Membership::Holding,
+        _ => Membership::Absent,
+    }
+}
+
+/// Admissions of a release: one per pod set with its resources. When the
+/// pod sets' resources do not add up to what is held (e.g. an Argo workflow,
+/// sized by annotation), the first set carries the total, so the admissions
+/// always sum to exactly what the unit holds.
+fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
+    let mut sum = Resources::new();
+    let mut out: Vec<Admission> = rec
+        .pod_sets
+        .iter()
+        .map(|(name, count, resources)| {
+            sum.add(resources);
+            Admission {
+                name: name.clone(),
+                replicas: *count,
+                running: 0,
+                resources: resources.to_list(),
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        out.push(Admission {
+            name: "main".into(),
+            replicas: 1,
+            running: 0,
+            resources: Default::default(),
+        });
+    }
+    if &sum != total {
+        for a in &mut out {
+            a.resources.clear();
+        }
+        out[0].resources = total.to_list();
+    }
+    out
+}

@@ -1,0 +1,507 @@
+//! API writes of the controller, run asynchronously with bounded concurrency.
+//! Every write first checks that this replica still leads: a replica that
+//! lost the Lease stops writing at once. Results return to the controller
+//! as [`Written`] so it can confirm or roll back its bookkeeping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use koord_queue_api::jobs::JobAdapter;
+use koord_queue_api::queue_unit::{Admission, QueueUnitPhase};
+use koord_queue_api::{Queue, QueueStatus, QueueUnit};
+use koord_queue_runtime::Leadership;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::metrics::Metrics;
+use super::records::{Key, hold_release_patches};
+
+/// A write the controller wants.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Adopt a unit: owner reference to its job, phase Enqueued.
+    Adopt {
+        /// The unit.
+        unit: Key,
+        /// The job.
+        job: JobRef,
+        /// Status message.
+        message: String,
+    },
+    /// Release: unit status Dequeued with admissions, then lift the job's hold.
+    Release {
+        /// The unit.
+        unit: Key,
+        /// The job.
+        job: JobRef,
+        /// What is held, per pod set.
+        admissions: Vec<Admission>,
+        /// `status.attempts` after this release.
+        attempts: i64,
+        /// Status message.
+        message: String,
+    },
+    /// Set the unit's phase (and clear or keep its admissions).
+    Phase {
+        /// The unit.
+        unit: Key,
+        /// The new phase.
+        phase: QueueUnitPhase,
+        /// `Some(vec![])` clears the admissions (quota freed).
+        admissions: Option<Vec<Admission>>,
+        /// Status message.
+        message: String,
+    },
+    /// Hold the job again (it runs without holding quota).
+    HoldJob {
+        /// The unit, for the result.
+        unit: Key,
+        /// The job.
+        job: JobRef,
+    },
+    /// Publish a waiting unit's place and reason.
+    Visibility {
+        /// The unit.
+        unit: Key,
+        /// Position in its queue.
+        position: Option<i64>,
+        /// Reason.
+        message: String,
+    },
+    /// Delete a unit (its job is gone, or it is an orphan).
+    DeleteUnit {
+        /// The unit.
+        unit: Key,
+    },
+    /// Create (or update the policy of) the Queue kept for an ElasticQuota.
+    EnsureQueue {
+        /// Queue name.
+        name: String,
+        /// Its body.
+        queue: Box<Queue>,
+        /// Whether it exists already (patch instead of create).
+        exists: bool,
+    },
+    /// Delete a Queue.
+    DeleteQueue {
+        /// Queue name.
+        name: String,
+    },
+    /// Write a Queue's status.
+    QueueStatus {
+        /// Queue name.
+        name: String,
+        /// The status.
+        status: Box<QueueStatus>,
+    },
+    /// An Event on a job.
+    Event {
+        /// The job.
+        job: JobRef,
+        /// Normal or Warning.
+        warning: bool,
+        /// PascalCase reason.
+        reason: &'static str,
+        /// Message.
+        note: String,
+    },
+}
+
+/// The job a write concerns.
+#[derive(Debug, Clone)]
+pub struct JobRef {
+    /// Its adapter.
+    pub adapter: &'static dyn JobAdapter,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Uid.
+    pub uid: String,
+}
+
+impl JobRef {
+    fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
+        let kind = self.adapter.kind();
+        let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
+        Api::namespaced_with(client.clone(), &self.namespace, &resource)
+    }
+
+    fn object_ref(&self) -> ObjectReference {
+        let kind = self.adapter.kind();
+        ObjectReference {
+            api_version: Some(kind.api_version()),
+            kind: Some(kind.kind.to_string()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(self.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        }
+    }
+}
+
+/// How a write ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Done; the unit's new resourceVersion when the unit was written.
+    Done(Option<u64>),
+    /// The object is gone.
+    Gone,
+    /// Not written: this replica does not lead.
+    NotLeader,
+    /// Failed.
+    Failed(String),
+}
+
+/// A finished write.
+#[derive(Debug)]
+pub struct Written {
+    /// What was asked.
+    pub write: Write,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Runs writes.
+#[derive(Clone)]
+pub struct Writer {
+    client: kube::Client,
+    leader: Leadership,
+    slots: Arc<Semaphore>,
+    done: mpsc::UnboundedSender<Written>,
+    metrics: Metrics,
+    identity: String,
+    namespace: String,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+const FIELD_MANAGER: &str = "koord-queue-scheduler";
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn split(unit: &Key) -> (&str, &str) {
+    unit.split_once('/').unwrap_or(("", unit))
+}
+
+fn outcome_of(error: kube::Error) -> Outcome {
+    match error {
+        kube::Error::Api(e) if e.code == 404 => Outcome::Gone,
+        e => Outcome::Failed(e.to_string()),
+    }
+}
+
+impl Writer {
+    /// A writer sending results to `done`, at most `concurrency` writes at once.
+    pub fn new(
+        client: kube::Client,
+        leader: Leadership,
+        concurrency: usize,
+        done: mpsc::UnboundedSender<Written>,
+        metrics: Metrics,
+        identity: String,
+        namespace: String,
+    ) -> Self {
+        Self {
+            client,
+            leader,
+            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            done,
+            metrics,
+            identity,
+            namespace,
+        }
+    }
+
+    /// Starts `write`; its result arrives on the done channel.
+    pub fn submit(&self, write: Write) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let outcome = match this.slots.clone().acquire_owned().await {
+                Ok(_permit) if this.leader.is_leader() => this.perform(&write).await,
+                Ok(_) => Outcome::NotLeader,
+                Err(_) => Outcome::Failed("writer closed".into()),
+            };
+            if let Outcome::Failed(error) = &outcome {
+                this.metrics
+                    .write_errors
+                    .get_or_create(&super::metrics::WriteLabels {
+                        operation: write.operation(),
+                    })
+                    .inc();
+                tracing::warn!(operation = write.operation(), %error, "write failed");
+            }
+            let _ = this.done.send(Written { write, outcome });
+        });
+    }
+
+    fn units(&self, namespace: &str) -> Api<QueueUnit> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn patch_unit_status(
+        &self,
+        unit: &Key,
+        status: Value,
+    ) -> Result<Option<u64>, kube::Error> {
+        let (ns, name) = split(unit);
+        let patched = self
+            .units(ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+        Ok(super::records::rv_number(
+            patched.metadata.resource_version.as_deref(),
+        ))
+    }
+
+    async fn patch_job(&self, job: &JobRef, patch: &Value) -> Result<(), kube::Error> {
+        job.api(&self.client)
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn perform(&self, write: &Write) -> Outcome {
+        match self.try_perform(write).await {
+            Ok(rv) => Outcome::Done(rv),
+            Err(e) => outcome_of(e),
+        }
+    }
+
+    async fn try_perform(&self, write: &Write) -> Result<Option<u64>, kube::Error> {
+        match write {
+            Write::Adopt { unit, job, message } => {
+                let (ns, name) = split(unit);
+                let kind = job.adapter.kind();
+                let owner = json!({
+                    "metadata": { "ownerReferences": [{
+                        "apiVersion": kind.api_version(), "kind": kind.kind,
+                        "name": job.name, "uid": job.uid,
+                        "controller": false, "blockOwnerDeletion": false,
+                    }]},
+                    "spec": { "consumerRef": { "uid": job.uid } },
+                });
+                self.units(ns)
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
+                    .await?;
+                self.patch_unit_status(
+                    unit,
+                    json!({
+                        "phase": "Enqueued", "message": message, "lastUpdateTime": now(),
+                    }),
+                )
+                .await
+            }
+            Write::Release {
+                unit,
+                job,
+                admissions,
+                attempts,
+                message,
+            } => {
+                let rv = self
+                    .patch_unit_status(
+                        unit,
+                        json!({
+                            "phase": "Dequeued", "admissions": admissions, "attempts": attempts,
+                            "message": message, "lastAllocateTime": now(), "lastUpdateTime": now(),
+                            "position": null,
+                        }),
+                    )
+                    .await?;
+                let (release, _) = hold_release_patches(job.adapter);
+                let mut last = None;
+                for attempt in 0..3u32 {
+                    match self.patch_job(job, &release).await {
+                        Ok(()) => return Ok(rv),
+                        Err(kube::Error::Api(e)) if e.code == 404 => {
+                            last = Some(kube::Error::Api(e));
+                            break;
+                        }
+                        Err(e) => {
+                            last = Some(e);
+                            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                        }
+                    }
+                }
+                // The job could not be released: give the reservation back so
+                // the unit waits again instead of holding quota for nothing.
+                let revert = self
+                    .patch_unit_status(unit, json!({
+                        "phase": "Enqueued", "admissions": [], "message": "release failed; waiting to be retried",
+                    }))
+                    .await;
+                if let Err(e) = revert {
+                    tracing::warn!(%unit, error = %e, "cannot revert a failed release");
+                }
+                Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+            }
+            Write::Phase {
+                unit,
+                phase,
+                admissions,
+                message,
+            } => {
+                let mut status =
+                    json!({ "phase": phase, "message": message, "lastUpdateTime": now() });
+                if let Some(admissions) = admissions {
+                    status["admissions"] = json!(admissions);
+                }
+                if !phase.holds_quota() && *phase != QueueUnitPhase::Enqueued {
+                    status["position"] = Value::Null;
+                }
+                self.patch_unit_status(unit, status).await
+            }
+            Write::HoldJob { job, .. } => {
+                let (_, hold) = hold_release_patches(job.adapter);
+                self.patch_job(job, &hold).await.map(|()| None)
+            }
+            Write::Visibility {
+                unit,
+                position,
+                message,
+            } => {
+                self.patch_unit_status(unit, json!({ "position": position, "message": message }))
+                    .await
+            }
+            Write::DeleteUnit { unit } => {
+                let (ns, name) = split(unit);
+                match self
+                    .units(ns)
+                    .delete(name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Write::EnsureQueue {
+                name,
+                queue,
+                exists,
+            } => {
+                let api: Api<Queue> = Api::namespaced(
+                    self.client.clone(),
+                    queue.metadata.namespace.as_deref().unwrap_or_default(),
+                );
+                if *exists {
+                    api.patch(
+                        name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(queue.as_ref()),
+                    )
+                    .await?;
+                } else {
+                    match api.create(&PostParams::default(), queue).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None)
+            }
+            Write::DeleteQueue { name } => {
+                let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Write::QueueStatus { name, status } => {
+                let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
+                let mut body = serde_json::to_value(status.as_ref()).unwrap_or(Value::Null);
+                // Merge patch: an emptied list must be written as empty, not omitted.
+                if body.get("queueItemDetails").is_none() {
+                    body["queueItemDetails"] = json!({ "active": [] });
+                }
+                api.patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": body })),
+                )
+                .await?;
+                Ok(None)
+            }
+            Write::Event {
+                job,
+                warning,
+                reason,
+                note,
+            } => {
+                let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &job.namespace);
+                let event = KubeEvent {
+                    metadata: kube::api::ObjectMeta {
+                        generate_name: Some(format!("{}-", job.name)),
+                        namespace: Some(job.namespace.clone()),
+                        ..Default::default()
+                    },
+                    action: Some((*reason).to_string()),
+                    reason: Some((*reason).to_string()),
+                    note: Some(note.chars().take(1000).collect()),
+                    type_: Some(if *warning { "Warning" } else { "Normal" }.to_string()),
+                    event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+                    regarding: Some(job.object_ref()),
+                    reporting_controller: Some("koord-queue.x-k8s.io/scheduler".into()),
+                    reporting_instance: Some(self.identity.clone()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &event).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn queue_namespace(&self) -> String {
+        self.namespace.clone()
+    }
+}
+
+impl Write {
+    /// Short name of the operation, for logs and metrics.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Self::Adopt { .. } => "adopt",
+            Self::Release { .. } => "release",
+            Self::Phase { .. } => "phase",
+            Self::HoldJob { .. } => "hold_job",
+            Self::Visibility { .. } => "visibility",
+            Self::DeleteUnit { .. } => "delete_unit",
+            Self::EnsureQueue { .. } => "ensure_queue",
+            Self::DeleteQueue { .. } => "delete_queue",
+            Self::QueueStatus { .. } => "queue_status",
+            Self::Event { .. } => "event",
+        }
+    }
+
+    /// The unit the write concerns, if any.
+    pub fn unit(&self) -> Option<&Key> {
+        match self {
+            Self::Adopt { unit, .. }
+            | Self::Release { unit, .. }
+            | Self::Phase { unit, .. }
+            | Self::HoldJob { unit, .. }
+            | Self::Visibility { unit, .. }
+            | Self::DeleteUnit { unit } => Some(unit),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Running Koord-Queue's scheduler in-process against a local control plane,
+//! as the scheduler identity the webhook trusts.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::ControlPlane;
+use crate::kubeconfig;
+
+/// Settings of a test scheduler.
+pub fn test_args(lease_name: &str) -> koord_queue_scheduler::Args {
+    use clap::Parser;
+    let mut args = koord_queue_scheduler::Args::parse_from(["koord-queue-scheduler"]);
+    args.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    args.lease_name = lease_name.to_string();
+    args.lease_duration = Duration::from_secs(3);
+    args.renew_deadline = Duration::from_secs(2);
+    args.retry_period = Duration::from_millis(400);
+    args.status_interval = Duration::from_millis(500);
+    args.orphan_grace = Duration::from_secs(5);
+    args
+}
+
+/// A scheduler replica running on the binary-long runtime.
+#[derive(Debug, Clone)]
+pub struct SchedulerReplica {
+    running: Arc<Mutex<Option<koord_queue_scheduler::Running>>>,
+    /// Admin address.
+    pub admin_addr: SocketAddr,
+}
+
+impl SchedulerReplica {
+    /// Whether this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.running
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(|r| r.is_leader()))
+            .unwrap_or(false)
+    }
+
+    /// Whether `/readyz` would answer ok.
+    pub fn is_ready(&self) -> bool {
+        self.running
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(|r| r.readiness.check().is_ok()))
+            .unwrap_or(false)
+    }
+
+    /// Kills the replica as a crash would: no Lease release, writes in
+    /// flight are dropped.
+    pub async fn kill(&self) -> Result<()> {
+        let running = self.running.lock().ok().and_then(|mut r| r.take());
+        crate::background::run(async move {
+            if let Some(r) = running {
+                r.abort();
+            }
+        })
+        .await
+    }
+
+    /// Graceful stop: drain and release the Lease.
+    pub async fn stop(&self) -> Result<()> {
+        let running = self.running.lock().ok().and_then(|mut r| r.take());
+        crate::background::run(async move {
+            if let Some(r) = running {
+                r.shutdown().await;
+            }
+        })
+        .await
+    }
+}
+
+/// Starts a scheduler replica with `args`, authenticated as the scheduler
+/// identity of [`crate::webhook::SCHEDULER_USER`].
+pub async fn start(
+    cp: &ControlPlane,
+    mut args: koord_queue_scheduler::Args,
+) -> Result<SchedulerReplica> {
+    // Replicas in one process need distinct Lease identities (in a cluster
+    // the pod name is unique).
+    args.identity
+        .get_or_insert_with(|| crate::fixtures::unique_name("scheduler"));
+    let cert = cp
+        .pki()
+        .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
+    let path = cp.write_kubeconfig(
+        &crate::fixtures::unique_name("scheduler"),
+        crate::webhook::SCHEDULER_USER,
+        &kubeconfig::Credentials::Certificate {
+            cert_pem: cert.cert_pem,
+            key_pem: cert.key_pem,
+        },
+    )?;
+    let running = crate::background::run(async move {
+        let client = kubeconfig::client_from_file(&path).await?;
+        koord_queue_scheduler::start(args, client).await
+    })
+    .await?
+    .context("starting the scheduler")?;
+    let admin_addr = running.admin_addr;
+    Ok(SchedulerReplica {
+        running: Arc::new(Mutex::new(Some(running))),
+        admin_addr,
+    })
+}
+
+/// Starts a scheduler and waits until it leads and is ready.
+pub async fn start_leader(
+    cp: &ControlPlane,
+    args: koord_queue_scheduler::Args,
+) -> Result<SchedulerReplica> {
+    let replica = start(cp, args).await?;
+    let r = replica.clone();
+    crate::fixtures::eventually(Duration::from_secs(30), move || {
+        let ok = r.is_leader() && r.is_ready();
+        async move { Ok(ok) }
+    })
+    .await
+    .context("the scheduler did not become a ready leader")?;
+    Ok(replica)
+}
