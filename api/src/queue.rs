@@ -62,6 +62,38 @@ pub struct QueueSpec {
     /// is released once every matching check reports `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub admission_checks: Vec<AdmissionCheckRef>,
+    /// Whether a unit of this queue that is within its quota's guaranteed
+    /// minimum may reclaim quota that other quotas borrow (their most
+    /// recently released, lowest-priority jobs are suspended again).
+    /// Defaults to true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<bool>,
+    /// Strict dequeue: a released job counts as started only once every one
+    /// of its pods is bound (`PodScheduled=True`); a pod still unschedulable
+    /// after the timeout sends the job back (re-suspended, quota freed,
+    /// backoff). Unset: the scheduler's global setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict_dequeue: Option<StrictDequeue>,
+    /// A released job whose pods are not running within this many seconds is
+    /// suspended again, frees its quota and waits in backoff. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_timeout_seconds: Option<i64>,
+}
+
+/// Strict dequeue settings of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StrictDequeue {
+    /// Whether strict dequeue is on for this queue.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How long every pod has to be bound after the release (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl QueueSpec {

@@ -78,6 +78,8 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         write_concurrency,
         status_interval,
         job_events,
+        strict_dequeue,
+        strict_timeout,
         drain_timeout,
         log_format: _,
         log_level: _,
@@ -160,6 +162,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         cycle_batch,
         status_interval,
         job_events,
+        strict_default: strict_dequeue.then_some(strict_timeout),
     };
     let controller = Controller::new(
         core,

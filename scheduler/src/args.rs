@@ -80,6 +80,15 @@ pub struct Args {
     #[arg(long, env = "KQ_SCHEDULER_STATUS_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub status_interval: Duration,
 
+    /// Strict dequeue for queues that do not set `spec.strictDequeue`: a
+    /// released job counts as started only once all its pods are bound.
+    #[arg(long, env = "KQ_SCHEDULER_STRICT_DEQUEUE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub strict_dequeue: bool,
+
+    /// Time every pod of a strictly dequeued job has to be bound.
+    #[arg(long, env = "KQ_SCHEDULER_STRICT_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
+    pub strict_timeout: Duration,
+
     /// Emit Events on jobs (queued, released, finished, requeued).
     #[arg(long, env = "KQ_SCHEDULER_JOB_EVENTS", default_value_t = true, action = clap::ArgAction::Set)]
     pub job_events: bool,

@@ -58,11 +58,7 @@ impl JobAdapter for BatchJobAdapter {
             JobState::Succeeded
         } else if condition_true(job, "Failed") {
             JobState::Failed
-        } else if ["active", "ready"].iter().any(|k| {
-            get_path(job, &["status", k])
-                .and_then(Value::as_i64)
-                .is_some_and(|n| n > 0)
-        }) {
+        } else if Self::pods_running(job) {
             JobState::Running
         } else {
             JobState::Pending
@@ -71,6 +67,19 @@ impl JobAdapter for BatchJobAdapter {
 
     fn priority_class_name(&self, job: &Value) -> Option<String> {
         get_path(job, &["spec", "template"]).and_then(super::json::template_priority_class)
+    }
+}
+
+impl BatchJobAdapter {
+    /// Whether the job's pods run: `status.ready` (pods Ready) where the
+    /// cluster reports it — `active` also counts pods still pending, e.g.
+    /// unschedulable ones — else `status.active`.
+    fn pods_running(job: &Value) -> bool {
+        let count = |k: &str| get_path(job, &["status", k]).and_then(Value::as_i64);
+        match count("ready") {
+            Some(ready) => ready > 0,
+            None => count("active").is_some_and(|n| n > 0),
+        }
     }
 }
 
@@ -155,6 +164,11 @@ mod tests {
         assert_eq!(with_status(json!({"active": 0})), JobState::Pending);
         assert_eq!(with_status(json!({"active": 2})), JobState::Running);
         assert_eq!(with_status(json!({"ready": 1})), JobState::Running);
+        // Pods created but not ready (e.g. unschedulable): not running yet.
+        assert_eq!(
+            with_status(json!({"active": 2, "ready": 0})),
+            JobState::Pending
+        );
         assert_eq!(
             with_status(json!({"conditions": [{"type": "Complete", "status": "True"}]})),
             JobState::Succeeded
@@ -165,7 +179,7 @@ mod tests {
         );
         assert_eq!(
             with_status(
-                json!({"active": 1, "conditions": [{"type": "Complete", "status": "False"}]})
+                json!({"active": 1, "ready": 1, "conditions": [{"type": "Complete", "status": "False"}]})
             ),
             JobState::Running
         );

@@ -68,6 +68,14 @@ pub struct UnitRecord {
     pub position: Option<i64>,
     /// `status.attempts`.
     pub attempts: i64,
+    /// `status.admissionChecks`.
+    pub checks: Vec<koord_queue_api::queue_unit::AdmissionCheckState>,
+    /// `status.requeueState.count`.
+    pub requeue_count: i32,
+    /// `status.requeueState.requeueAt`, ms since the epoch.
+    pub requeue_at_ms: Option<i64>,
+    /// `status.lastAllocateTime`, ms since the epoch.
+    pub allocated_ms: Option<i64>,
     /// Pod sets: name, count and resources of the whole set.
     pub pod_sets: Vec<(String, i32, Resources)>,
     /// Whether the unit is being deleted.
@@ -128,6 +136,17 @@ impl UnitRecord {
             message: status.message,
             position: status.position,
             attempts: status.attempts.unwrap_or(0),
+            checks: status.admission_checks.clone(),
+            requeue_count: status.requeue_state.as_ref().map_or(0, |r| r.count),
+            requeue_at_ms: status
+                .requeue_state
+                .as_ref()
+                .and_then(|r| r.requeue_at.as_ref())
+                .map(|t| t.0.as_millisecond()),
+            allocated_ms: status
+                .last_allocate_time
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
             pod_sets: spec
                 .pod_set
                 .iter()
@@ -331,6 +350,15 @@ pub struct QueueRecord {
     pub managed_for: Option<String>,
     /// Published status (to write only when it changes).
     pub status: Option<koord_queue_api::QueueStatus>,
+    /// Whether guaranteed units may reclaim borrowed quota.
+    pub reclaim: bool,
+    /// Admission checks of the queue.
+    pub checks: Vec<koord_queue_api::queue::AdmissionCheckRef>,
+    /// Strict dequeue: `Some(Some(timeout))` on, `Some(None)` off, `None`
+    /// when the queue leaves it to the scheduler's global setting.
+    pub strict: Option<Option<std::time::Duration>>,
+    /// Running timeout.
+    pub running_timeout: Option<std::time::Duration>,
 }
 
 /// Label on Queues the scheduler keeps for an ElasticQuota.
@@ -345,6 +373,20 @@ impl QueueRecord {
             policy: queue.spec.queue_policy,
             managed_for: queue.labels().get(QUEUE_FOR_QUOTA_LABEL).cloned(),
             status: queue.status.clone(),
+            reclaim: queue.spec.reclaim.unwrap_or(true),
+            checks: queue.spec.admission_checks.clone(),
+            strict: queue.spec.strict_dequeue.as_ref().map(|s| {
+                s.enabled.then(|| {
+                    std::time::Duration::from_secs(
+                        s.timeout_seconds.unwrap_or(300).max(1).unsigned_abs(),
+                    )
+                })
+            }),
+            running_timeout: queue
+                .spec
+                .running_timeout_seconds
+                .filter(|t| *t > 0)
+                .map(|t| std::time::Duration::from_secs(t.unsigned_abs())),
         }
     }
 }
@@ -475,5 +517,46 @@ impl NamespaceQuotaRecord {
             ),
             used: requests(status.and_then(|s| s.used.as_ref())),
         }
+    }
+}
+
+/// A pod of a queued job, as strict dequeue needs it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct PodRecord {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Uid of the job that owns it (its controller owner reference).
+    pub owner_uid: String,
+    /// `PodScheduled=True`.
+    pub scheduled: bool,
+    /// `PodScheduled=False` with reason `Unschedulable`: the message.
+    pub unschedulable: Option<String>,
+}
+
+impl PodRecord {
+    /// The record of `pod`, or `None` for a pod without a controller owner.
+    pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Self> {
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|r| r.controller == Some(true))?;
+        let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let scheduled = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+        Some(Self {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            owner_uid: owner.uid.clone(),
+            scheduled: scheduled.is_some_and(|c| c.status == "True")
+                || pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some(),
+            unschedulable: scheduled
+                .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+                .map(|c| c.message.clone().unwrap_or_else(|| "unschedulable".into())),
+        })
     }
 }

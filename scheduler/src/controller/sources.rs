@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
 
 use super::records::{
-    JobRecord, NamespaceQuotaRecord, NodeRecord, QueueRecord, QuotaRecord, UnitRecord,
+    JobRecord, NamespaceQuotaRecord, NodeRecord, PodRecord, QueueRecord, QuotaRecord, UnitRecord,
 };
 
 /// A change of one watched kind.
@@ -46,6 +46,8 @@ pub enum Input {
     /// A namespace ResourceQuota changed (only watched when the
     /// `ResourceQuota` plugin is enabled).
     NamespaceQuota(Change<Box<NamespaceQuotaRecord>>),
+    /// A pod with a controller owner changed (for strict dequeue).
+    Pod(Change<Box<PodRecord>>),
 }
 
 /// Name of a watched source, for sync tracking.
@@ -91,6 +93,20 @@ pub fn start(
         |n: Node| Box::new(NodeRecord::from_node(&n)),
         Input::Node,
     );
+    // Pods of queued jobs (strict dequeue): only the binding state is kept.
+    sources.push("pods");
+    let stream = watch(
+        Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
+        config.clone(),
+    );
+    let pod_tx = tx.clone();
+    tokio::spawn(forward(
+        stream,
+        pod_tx,
+        "pods",
+        |p: k8s_openapi::api::core::v1::Pod| PodRecord::from_pod(&p).map(Box::new),
+        Input::Pod,
+    ));
     if resource_quotas {
         sources.push("resourcequotas");
         spawn(

@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 use koord_queue_api::jobs::JobState;
 use koord_queue_api::queue::QueueItemDetail;
-use koord_queue_api::queue_unit::{Admission, QueueUnitPhase};
+use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, CheckState, QueueUnitPhase};
 use koord_queue_api::{Queue, QueueSpec, QueueStatus, Resources, keys};
 use koord_queue_runtime::{Leadership, Readiness};
 use tokio::sync::{mpsc, watch};
 
 use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
 use super::records::{
-    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord,
-    QuotaRecord, UnitRecord, key,
+    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, PodRecord, QUEUE_FOR_QUOTA_LABEL,
+    QueueRecord, QuotaRecord, UnitRecord, key,
 };
 use super::sources::{Change, Input, SourceName};
 use super::writes::{JobRef, Outcome, Write, Writer, Written};
@@ -46,6 +46,8 @@ pub struct Settings {
     pub status_interval: Duration,
     /// Emit Events on jobs.
     pub job_events: bool,
+    /// Strict dequeue for queues that do not set it: `Some(timeout)` when on.
+    pub strict_default: Option<Duration>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +136,10 @@ pub struct Controller {
     last_visibility_pass: Option<Instant>,
     held_missing_unit: HashSet<JobKey>,
     retry: HashSet<Key>,
+    /// Units whose next step depends on the clock (backoff, timeouts).
+    timed: HashSet<Key>,
+    /// Pods of queued jobs by the job's uid (strict dequeue).
+    pods: HashMap<String, HashMap<String, PodRecord>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -181,6 +187,8 @@ impl Controller {
             last_visibility_pass: None,
             held_missing_unit: HashSet::new(),
             retry: HashSet::new(),
+            timed: HashSet::new(),
+            pods: HashMap::new(),
         }
     }
 
@@ -256,6 +264,7 @@ impl Controller {
             Input::Queue(change) => self.on_queue(change),
             Input::Node(change) => self.on_node(change),
             Input::NamespaceQuota(change) => self.on_namespace_quota(change),
+            Input::Pod(change) => self.on_pod(change),
         }
     }
 
@@ -430,6 +439,49 @@ impl Controller {
         }
     }
 
+    fn on_pod(&mut self, change: Change<Box<PodRecord>>) {
+        let owner = match change {
+            Change::Applied(pod) => {
+                let owner = pod.owner_uid.clone();
+                let pods = self.pods.entry(owner.clone()).or_default();
+                if pods.get(&pod.name) == Some(&*pod) {
+                    return;
+                }
+                pods.insert(pod.name.clone(), *pod);
+                owner
+            }
+            Change::Deleted(_, name) => {
+                let Some(owner) = self
+                    .pods
+                    .iter()
+                    .find(|(_, p)| p.contains_key(&name))
+                    .map(|(o, _)| o.clone())
+                else {
+                    return;
+                };
+                if let Some(pods) = self.pods.get_mut(&owner) {
+                    pods.remove(&name);
+                    if pods.is_empty() {
+                        self.pods.remove(&owner);
+                    }
+                }
+                owner
+            }
+            Change::Synced | Change::Absent => return self.source_done("pods"),
+        };
+        // Only the strict-dequeue units of that job care.
+        if let Some(job) = self.jobs.values().find(|j| j.uid == owner) {
+            let unit = key(&job.namespace, &job.unit_name);
+            if self
+                .units
+                .get(&unit)
+                .is_some_and(|u| u.rec.phase == Some(QueueUnitPhase::SchedReady))
+            {
+                self.reconcile(&unit);
+            }
+        }
+    }
+
     fn on_namespace_quota(&mut self, change: Change<Box<NamespaceQuotaRecord>>) {
         let namespace = match change {
             Change::Applied(rec) => {
@@ -586,11 +638,14 @@ impl Controller {
             .jobs
             .get(&rec.job_key())
             .filter(|j| j.unit_name == rec.name);
+        let queue = self.queues.get(queue_of(rec));
+        let now_ms = now_ms();
+        let mut timed = false;
         let write = match (rec.phase, job) {
             (None, Some(job)) if !job.deleting => Some(Write::Adopt {
                 unit: k.clone(),
                 job: job_ref(job),
-                message: format!("waiting in queue {}", rec.queue),
+                message: format!("waiting in queue {}", queue_of(rec)),
             }),
             // Adopted units whose job is gone: delete (the garbage collector
             // would too; doing it now frees the quota at once).
@@ -600,12 +655,23 @@ impl Controller {
                 // hold it again, it holds no quota.
                 let job = job_ref(job);
                 self.event(&job, true, "HeldAgain", format!(
-                    "the job was released outside Koord-Queue; it is held again and waits in queue {}", rec.queue
+                    "the job was released outside Koord-Queue; it is held again and waits in queue {}", queue_of(rec)
                 ));
                 Some(Write::HoldJob {
                     unit: k.clone(),
                     job,
                 })
+            }
+            (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
+                timed = true;
+                rec.requeue_at_ms
+                    .is_none_or(|t| t <= now_ms)
+                    .then(|| Write::Phase {
+                        unit: k.clone(),
+                        phase: QueueUnitPhase::Enqueued,
+                        admissions: Some(Vec::new()),
+                        message: format!("backoff over; waiting in queue {}", queue_of(rec)),
+                    })
             }
             (Some(phase), Some(job)) if phase.holds_quota() => {
                 if finished(job.state) {
@@ -619,33 +685,55 @@ impl Controller {
                         admissions: Some(Vec::new()),
                         message: text.into(),
                     })
+                } else if phase == QueueUnitPhase::Reserved {
+                    self.checks_outcome(k, rec, job, queue)
                 } else if job.held {
-                    if st.release_ack || !st.released_here {
-                        Some(Write::Phase {
-                            unit: k.clone(),
-                            phase: QueueUnitPhase::Enqueued,
-                            admissions: Some(Vec::new()),
-                            message: format!(
-                                "the job was suspended again; waiting in queue {}",
-                                rec.queue
-                            ),
-                        })
-                    } else {
-                        None // our release has not reached the watch yet
-                    }
-                } else if job.state == JobState::Running && phase == QueueUnitPhase::Dequeued {
-                    Some(Write::Phase {
+                    (st.release_ack || !st.released_here).then(|| Write::Phase {
                         unit: k.clone(),
-                        phase: QueueUnitPhase::Running,
-                        admissions: None,
-                        message: "running".into(),
+                        phase: QueueUnitPhase::Enqueued,
+                        admissions: Some(Vec::new()),
+                        message: format!(
+                            "the job was suspended again; waiting in queue {}",
+                            queue_of(rec)
+                        ),
                     })
                 } else {
-                    None
+                    let since_ms = now_ms - rec.allocated_ms.unwrap_or(now_ms);
+                    match phase {
+                        QueueUnitPhase::SchedReady => {
+                            timed = true;
+                            self.strict_outcome(k, rec, job, queue, since_ms)
+                        }
+                        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed
+                            if job.state == JobState::Running =>
+                        {
+                            Some(Write::Phase {
+                                unit: k.clone(),
+                                phase: QueueUnitPhase::Running,
+                                admissions: None,
+                                message: "running".into(),
+                            })
+                        }
+                        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed => {
+                            let limit = queue.and_then(|q| q.running_timeout);
+                            timed = limit.is_some();
+                            limit.filter(|t| since_ms > millis(*t)).map(|t| {
+                                self.backoff(k, rec, Some(job), None, "RunningTimeout", format!(
+                                    "the job did not start running within {}s of its release; suspended again", t.as_secs()
+                                ))
+                            })
+                        }
+                        _ => None,
+                    }
                 }
             }
             _ => None,
         };
+        if timed {
+            self.timed.insert(k.clone());
+        } else {
+            self.timed.remove(k);
+        }
         // The release reached the job: from now on a held job means re-suspended.
         let running = job.is_some_and(|j| j.state == JobState::Running);
         if let Some(job) = job
@@ -665,17 +753,151 @@ impl Controller {
         }
     }
 
+    /// A Reserved unit: release once every check is Ready; back off when one
+    /// says Retry or Rejected; otherwise keep waiting (quota held).
+    fn checks_outcome(
+        &self,
+        k: &Key,
+        rec: &UnitRecord,
+        job: &JobRecord,
+        queue: Option<&QueueRecord>,
+    ) -> Option<Write> {
+        if let Some(failed) = rec
+            .checks
+            .iter()
+            .find(|c| matches!(c.state, CheckState::Retry | CheckState::Rejected))
+        {
+            let message = format!(
+                "admission check {} said {:?}{}; quota released, retrying after backoff",
+                failed.name,
+                failed.state,
+                failed
+                    .message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            );
+            return Some(self.backoff(k, rec, None, None, "AdmissionCheck", message));
+        }
+        let all_ready =
+            !rec.checks.is_empty() && rec.checks.iter().all(|c| c.state == CheckState::Ready);
+        all_ready.then(|| Write::Release {
+            unit: k.clone(),
+            job: job_ref(job),
+            admissions: None,
+            attempts: None,
+            phase: self.release_phase(queue),
+            checks: None,
+            message: format!(
+                "admission checks passed; released from queue {}",
+                queue_of(rec)
+            ),
+        })
+    }
+
+    /// A SchedReady unit (strict dequeue): SchedSucceed once every pod is
+    /// bound; SchedFailed and back off when pods stay unbound past the timeout.
+    fn strict_outcome(
+        &self,
+        k: &Key,
+        rec: &UnitRecord,
+        job: &JobRecord,
+        queue: Option<&QueueRecord>,
+        since_ms: i64,
+    ) -> Option<Write> {
+        let expected: i64 = rec.pod_sets.iter().map(|(_, c, _)| i64::from(*c)).sum();
+        let pods = self.pods.get(&job.uid);
+        let scheduled = pods.map_or(0, |p| p.values().filter(|p| p.scheduled).count());
+        if i64::try_from(scheduled).unwrap_or(i64::MAX) >= expected.max(1) {
+            return Some(Write::Phase {
+                unit: k.clone(),
+                phase: QueueUnitPhase::SchedSucceed,
+                admissions: None,
+                message: format!("all {scheduled} pods bound"),
+            });
+        }
+        let timeout = self
+            .strict_timeout(queue)
+            .unwrap_or(Duration::from_secs(300));
+        if since_ms <= millis(timeout) {
+            return None;
+        }
+        let why = pods
+            .and_then(|p| {
+                p.values().find_map(|p| {
+                    p.unschedulable
+                        .as_ref()
+                        .map(|m| format!("pod {} unschedulable: {m}", p.name))
+                })
+            })
+            .unwrap_or_else(|| format!("{scheduled} of {expected} pods bound"));
+        Some(self.backoff(
+            k,
+            rec,
+            Some(job),
+            Some(QueueUnitPhase::SchedFailed),
+            "SchedulingTimeout",
+            format!(
+                "SchedFailed: {why} after {}s; suspended again, quota released",
+                timeout.as_secs()
+            ),
+        ))
+    }
+
+    /// A backoff write: exponential from 10 s, doubling, capped at 15 min,
+    /// with ±10 % jitter so that units sent back together do not return together.
+    fn backoff(
+        &self,
+        k: &Key,
+        rec: &UnitRecord,
+        job: Option<&JobRecord>,
+        via: Option<QueueUnitPhase>,
+        reason: &'static str,
+        message: String,
+    ) -> Write {
+        let count = rec.requeue_count.saturating_add(1);
+        let delay = backoff_delay(count, jitter_seed(k, count));
+        let requeue_at = k8s_openapi::jiff::Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(millis(
+                delay,
+            )))
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        let message = format!(
+            "{message}; back in queue {} at {requeue_at} (attempt {count})",
+            queue_of(rec)
+        );
+        Write::Backoff {
+            unit: k.clone(),
+            job: job.map(job_ref),
+            via,
+            reason,
+            message,
+            count,
+            requeue_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(requeue_at),
+        }
+    }
+
+    fn strict_timeout(&self, queue: Option<&QueueRecord>) -> Option<Duration> {
+        strict_timeout(queue, self.settings.strict_default)
+    }
+
+    fn release_phase(&self, queue: Option<&QueueRecord>) -> QueueUnitPhase {
+        release_phase(queue, self.settings.strict_default)
+    }
+
     fn submit_unit_write(&mut self, k: &Key, write: Write) {
         if let Some(st) = self.units.get_mut(k) {
             st.busy = true;
             // Quota of a finished or re-suspended job is freed at once; if the
             // write fails the unit is reconciled (and held) again.
-            if let Write::Phase {
-                admissions: Some(_),
-                ..
-            } = &write
-                && st.member != Membership::Absent
-            {
+            let frees = matches!(
+                &write,
+                Write::Phase {
+                    admissions: Some(_),
+                    ..
+                } | Write::Backoff { .. }
+            );
+            if frees && st.member != Membership::Absent {
                 self.core.remove_unit(k);
                 st.member = Membership::Absent;
                 st.given = None;
@@ -732,21 +954,61 @@ impl Controller {
             st.released_here = true;
             st.release_ack = false;
             st.released_at = Some(Instant::now());
-            let quota = st.rec.quota.clone().unwrap_or_else(|| st.rec.queue.clone());
+            let quota = queue_of(&st.rec).to_string();
+            let queue = self.queues.get(&quota);
+            let release_phase = release_phase(queue, self.settings.strict_default);
+            let checks: Vec<AdmissionCheckState> = queue
+                .map(|q| {
+                    q.checks
+                        .iter()
+                        .filter(|c| selector_matches(c.label_selector.as_ref(), &st.rec.labels))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| AdmissionCheckState {
+                    name: c.name.clone(),
+                    state: CheckState::Pending,
+                    last_transition_time: Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::now(),
+                        ),
+                    ),
+                    message: None,
+                })
+                .collect();
+            let how = if decision.guaranteed {
+                " (within its guaranteed minimum)"
+            } else {
+                " (borrowing idle capacity)"
+            };
+            let (phase, message) = if checks.is_empty() {
+                (
+                    release_phase,
+                    format!(
+                        "released: {} reserved in quota {quota}{how}",
+                        decision.resources
+                    ),
+                )
+            } else {
+                let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+                (
+                    QueueUnitPhase::Reserved,
+                    format!(
+                        "quota reserved ({} in quota {quota}{how}); waiting for admission checks: {}",
+                        decision.resources,
+                        names.join(", ")
+                    ),
+                )
+            };
             let write = Write::Release {
                 unit: k.clone(),
                 job: job_ref(job),
-                admissions: admissions(&st.rec, &decision.resources),
-                attempts: st.rec.attempts + 1,
-                message: format!(
-                    "released: {} reserved in quota {quota}{}",
-                    decision.resources,
-                    if decision.guaranteed {
-                        " (within its guaranteed minimum)"
-                    } else {
-                        " (borrowing idle capacity)"
-                    }
-                ),
+                admissions: Some(admissions(&st.rec, &decision.resources)),
+                attempts: Some(st.rec.attempts + 1),
+                phase,
+                checks: (!checks.is_empty()).then_some(checks),
+                message,
             };
             self.writer.submit(write);
         }
@@ -798,36 +1060,70 @@ impl Controller {
                 job,
                 admissions,
                 attempts,
+                phase,
+                checks,
                 ..
             } => {
                 st.busy = false;
+                let from_reserved = admissions.is_none();
                 if ok_rv.is_some() {
-                    st.rec.phase = Some(QueueUnitPhase::Dequeued);
-                    st.rec.held = admissions
-                        .iter()
-                        .filter_map(|a| Resources::from_list(&a.resources).ok())
-                        .fold(Resources::new(), |mut t, r| {
-                            t.add(&r);
-                            t
-                        });
-                    st.rec.attempts = attempts;
+                    st.rec.phase = Some(phase);
+                    if let Some(admissions) = &admissions {
+                        st.rec.held = admissions
+                            .iter()
+                            .filter_map(|a| Resources::from_list(&a.resources).ok())
+                            .fold(Resources::new(), |mut t, r| {
+                                t.add(&r);
+                                t
+                            });
+                    }
+                    if let Some(attempts) = attempts {
+                        st.rec.attempts = attempts;
+                    }
+                    if let Some(checks) = checks {
+                        st.rec.checks = checks;
+                    }
+                    if !from_reserved || phase != QueueUnitPhase::Reserved {
+                        // Timers of strict dequeue and of the running timeout
+                        // start at the release.
+                        st.rec.allocated_ms = Some(now_ms());
+                    }
                     st.rec.position = None;
-                    self.metrics
-                        .attempts
-                        .get_or_create(&AttemptLabels {
-                            result: "released".into(),
-                        })
-                        .inc();
-                    let waited = (k8s_openapi::jiff::Timestamp::now().as_millisecond()
-                        - st.rec.created_ms)
-                        .max(0);
-                    self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
-                    let note = format!(
-                        "released from queue {} after {:.1}s",
-                        st.rec.queue,
-                        waited as f64 / 1000.0
-                    );
-                    self.event(&job, false, "Released", note);
+                    let waited = (now_ms() - st.rec.created_ms).max(0);
+                    let queue = queue_of(&st.rec).to_string();
+                    if phase == QueueUnitPhase::Reserved {
+                        let names: Vec<String> =
+                            st.rec.checks.iter().map(|c| c.name.clone()).collect();
+                        self.event(
+                            &job,
+                            false,
+                            "QuotaReserved",
+                            format!(
+                                "quota reserved in queue {queue}; waiting for admission checks: {}",
+                                names.join(", ")
+                            ),
+                        );
+                    } else {
+                        self.metrics
+                            .attempts
+                            .get_or_create(&AttemptLabels {
+                                result: "released".into(),
+                            })
+                            .inc();
+                        self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
+                        self.event(
+                            &job,
+                            false,
+                            "Released",
+                            format!(
+                                "released from queue {queue} after {:.1}s",
+                                waited as f64 / 1000.0
+                            ),
+                        );
+                    }
+                } else if from_reserved {
+                    // The unit still holds its reservation; retried on the next pass.
+                    self.retry.insert(k.clone());
                 } else {
                     // Roll the reservation back; a later cycle retries.
                     let _ = self.core.unreserve(&k);
@@ -840,6 +1136,42 @@ impl Controller {
                         })
                         .inc();
                     self.request_cycle();
+                }
+            }
+            Write::Backoff {
+                job,
+                reason,
+                message,
+                count,
+                requeue_at,
+                ..
+            } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(QueueUnitPhase::TimeoutBackoff);
+                    st.rec.held = Resources::new();
+                    st.rec.checks.clear();
+                    st.rec.requeue_count = count;
+                    st.rec.requeue_at_ms = Some(requeue_at.0.as_millisecond());
+                    st.released_here = false;
+                    self.timed.insert(k.clone());
+                    let event_reason = match reason {
+                        "Reclaimed" => "Reclaimed",
+                        "AdmissionCheck" => "AdmissionCheckFailed",
+                        "SchedulingTimeout" => "SchedulingFailed",
+                        _ => "RunningTimeout",
+                    };
+                    let target = job.or_else(|| {
+                        self.jobs
+                            .get(&st.rec.job_key())
+                            .filter(|j| j.unit_name == st.rec.name)
+                            .map(job_ref)
+                    });
+                    if let Some(job) = target {
+                        self.event(&job, true, event_reason, message);
+                    }
+                } else {
+                    self.retry.insert(k.clone());
                 }
             }
             Write::Adopt { job, .. } => {
@@ -916,6 +1248,10 @@ impl Controller {
             return;
         }
         for k in std::mem::take(&mut self.retry) {
+            self.reconcile(&k);
+        }
+        let timed: Vec<Key> = self.timed.iter().cloned().collect();
+        for k in timed {
             self.reconcile(&k);
         }
         self.collect_orphans();
@@ -1336,4 +1672,149 @@ fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
         out[0].resources = total.to_list();
     }
     out
+}
+
+/// Strict dequeue timeout of `queue` (its own setting, else the default);
+/// `None` when strict dequeue is off.
+fn strict_timeout(queue: Option<&QueueRecord>, default: Option<Duration>) -> Option<Duration> {
+    match queue.and_then(|q| q.strict) {
+        Some(setting) => setting,
+        None => default,
+    }
+}
+
+/// The phase a released job enters: SchedReady under strict dequeue.
+fn release_phase(queue: Option<&QueueRecord>, strict_default: Option<Duration>) -> QueueUnitPhase {
+    if strict_timeout(queue, strict_default).is_some() {
+        QueueUnitPhase::SchedReady
+    } else {
+        QueueUnitPhase::Dequeued
+    }
+}
+
+/// The queue a unit is served in: its quota's queue (the ElasticQuota
+/// mapping), else the queue named in its spec.
+fn queue_of(rec: &UnitRecord) -> &str {
+    rec.quota.as_deref().unwrap_or(&rec.queue)
+}
+
+fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Backoff before attempt `count` (1-based): 10 s × 2^(count-1), at most
+/// 15 min, scaled by a jitter factor in [0.9, 1.1) drawn from `seed`.
+pub fn backoff_delay(count: i32, seed: u64) -> Duration {
+    const BASE_MS: u64 = 10_000;
+    const CAP_MS: u64 = 15 * 60 * 1000;
+    let exp = u32::try_from(count.saturating_sub(1).max(0))
+        .unwrap_or(0)
+        .min(20);
+    let raw = BASE_MS.saturating_mul(1u64 << exp).min(CAP_MS);
+    let jitter_permille = 900 + seed % 200; // 0.9 ..< 1.1
+    Duration::from_millis(raw.saturating_mul(jitter_permille) / 1000)
+}
+
+/// A seed that differs between units and attempts (and between runs).
+fn jitter_seed(key: &str, count: i32) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    key.hash(&mut h);
+    count.hash(&mut h);
+    h.finish()
+}
+
+/// Whether `labels` satisfy a Kubernetes label selector; no selector matches all.
+pub fn selector_matches(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let Some(selector) = selector else {
+        return true;
+    };
+    let match_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    match_labels && expressions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_up_to_fifteen_minutes_with_jitter() {
+        let mid = 100; // jitter factor 1.0
+        assert_eq!(backoff_delay(1, mid), Duration::from_secs(10));
+        assert_eq!(backoff_delay(2, mid), Duration::from_secs(20));
+        assert_eq!(backoff_delay(4, mid), Duration::from_secs(80));
+        assert_eq!(backoff_delay(8, mid), Duration::from_secs(900));
+        assert_eq!(backoff_delay(50, mid), Duration::from_secs(900));
+        assert_eq!(backoff_delay(1, 0), Duration::from_secs(9));
+        assert_eq!(backoff_delay(1, 199), Duration::from_millis(10_990));
+    }
+
+    #[test]
+    fn label_selectors() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            LabelSelector, LabelSelectorRequirement,
+        };
+        let labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        assert!(selector_matches(None, &labels));
+        let sel = |match_labels: Option<BTreeMap<String, String>>,
+                   exprs: Vec<(&str, &str, Vec<&str>)>| LabelSelector {
+            match_labels,
+            match_expressions: Some(
+                exprs
+                    .into_iter()
+                    .map(|(k, op, vs)| LabelSelectorRequirement {
+                        key: k.into(),
+                        operator: op.into(),
+                        values: Some(vs.into_iter().map(String::from).collect()),
+                    })
+                    .collect(),
+            ),
+        };
+        assert!(selector_matches(
+            Some(&sel(Some(labels.clone()), vec![])),
+            &labels
+        ));
+        assert!(!selector_matches(
+            Some(&sel(Some([("team".into(), "b".into())].into()), vec![])),
+            &labels
+        ));
+        assert!(selector_matches(
+            Some(&sel(None, vec![("team", "In", vec!["a", "c"])])),
+            &labels
+        ));
+        assert!(!selector_matches(
+            Some(&sel(None, vec![("team", "NotIn", vec!["a"])])),
+            &labels
+        ));
+        assert!(selector_matches(
+            Some(&sel(None, vec![("gpu", "DoesNotExist", vec![])])),
+            &labels
+        ));
+        assert!(!selector_matches(
+            Some(&sel(None, vec![("gpu", "Exists", vec![])])),
+            &labels
+        ));
+    }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use koord_queue_api::jobs::JobAdapter;
-use koord_queue_api::queue_unit::{Admission, QueueUnitPhase};
+use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
 use koord_queue_api::{Queue, QueueStatus, QueueUnit};
 use koord_queue_runtime::Leadership;
 use kube::api::{
@@ -40,12 +40,35 @@ pub enum Write {
         unit: Key,
         /// The job.
         job: JobRef,
-        /// What is held, per pod set.
-        admissions: Vec<Admission>,
-        /// `status.attempts` after this release.
-        attempts: i64,
+        /// What is held, per pod set (`None`: keep what the unit holds, for a
+        /// Reserved unit whose checks passed).
+        admissions: Option<Vec<Admission>>,
+        /// `status.attempts` after this release (`None`: keep).
+        attempts: Option<i64>,
+        /// Reserved (quota only, checks pending), Dequeued or SchedReady.
+        phase: QueueUnitPhase,
+        /// The admission checks to start (`Some` with Reserved).
+        checks: Option<Vec<AdmissionCheckState>>,
         /// Status message.
         message: String,
+    },
+    /// Send the unit back: (optionally) hold its job again, free its quota,
+    /// TimeoutBackoff until `requeue_at`.
+    Backoff {
+        /// The unit.
+        unit: Key,
+        /// The job to hold again, when it was released.
+        job: Option<JobRef>,
+        /// A phase to pass through first (SchedFailed).
+        via: Option<QueueUnitPhase>,
+        /// Condition reason: Reclaimed, AdmissionCheck, SchedulingTimeout, RunningTimeout.
+        reason: &'static str,
+        /// Status message.
+        message: String,
+        /// `requeueState.count` after this backoff.
+        count: i32,
+        /// When the unit may wait again.
+        requeue_at: Time,
     },
     /// Set the unit's phase (and clear or keep its admissions).
     Phase {
@@ -314,18 +337,30 @@ impl Writer {
                 job,
                 admissions,
                 attempts,
+                phase,
+                checks,
                 message,
             } => {
-                let rv = self
-                    .patch_unit_status(
-                        unit,
-                        json!({
-                            "phase": "Dequeued", "admissions": admissions, "attempts": attempts,
-                            "message": message, "lastAllocateTime": now(), "lastUpdateTime": now(),
-                            "position": null,
-                        }),
-                    )
-                    .await?;
+                let mut status = json!({
+                    "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
+                    "conditions": conditions(*phase, None, message),
+                });
+                if let Some(admissions) = admissions {
+                    status["admissions"] = json!(admissions);
+                }
+                if admissions.is_some() || *phase != QueueUnitPhase::Reserved {
+                    status["lastAllocateTime"] = json!(now());
+                }
+                if let Some(attempts) = attempts {
+                    status["attempts"] = json!(attempts);
+                }
+                if let Some(checks) = checks {
+                    status["admissionChecks"] = json!(checks);
+                }
+                let rv = self.patch_unit_status(unit, status).await?;
+                if *phase == QueueUnitPhase::Reserved {
+                    return Ok(rv); // the job stays held until every check is Ready
+                }
                 let (release, _) = hold_release_patches(job.adapter);
                 let mut last = None;
                 for attempt in 0..3u32 {
@@ -344,14 +379,54 @@ impl Writer {
                 // The job could not be released: give the reservation back so
                 // the unit waits again instead of holding quota for nothing.
                 let revert = self
-                    .patch_unit_status(unit, json!({
-                        "phase": "Enqueued", "admissions": [], "message": "release failed; waiting to be retried",
-                    }))
+                    .patch_unit_status(
+                        unit,
+                        json!({
+                            "phase": "Enqueued", "admissions": [], "admissionChecks": [],
+                            "message": "release failed; waiting to be retried",
+                            "conditions": conditions(QueueUnitPhase::Enqueued, None, ""),
+                        }),
+                    )
                     .await;
                 if let Err(e) = revert {
                     tracing::warn!(%unit, error = %e, "cannot revert a failed release");
                 }
                 Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+            }
+            Write::Backoff {
+                unit,
+                job,
+                via,
+                reason,
+                message,
+                count,
+                requeue_at,
+            } => {
+                if let Some(via) = via {
+                    self.patch_unit_status(
+                        unit,
+                        json!({
+                            "phase": via, "message": message, "lastUpdateTime": now(),
+                            "conditions": conditions(*via, Some(reason), message),
+                        }),
+                    )
+                    .await?;
+                }
+                if let Some(job) = job {
+                    let (_, hold) = hold_release_patches(job.adapter);
+                    match self.patch_job(job, &hold).await {
+                        Ok(()) => {}
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                self.patch_unit_status(unit, json!({
+                    "phase": "TimeoutBackoff", "message": message, "admissions": [], "admissionChecks": [],
+                    "position": null, "lastUpdateTime": now(),
+                    "requeueState": { "count": count, "requeueAt": requeue_at },
+                    "conditions": conditions(QueueUnitPhase::TimeoutBackoff, Some(reason), message),
+                }))
+                .await
             }
             Write::Phase {
                 unit,
@@ -481,6 +556,7 @@ impl Write {
         match self {
             Self::Adopt { .. } => "adopt",
             Self::Release { .. } => "release",
+            Self::Backoff { .. } => "backoff",
             Self::Phase { .. } => "phase",
             Self::HoldJob { .. } => "hold_job",
             Self::Visibility { .. } => "visibility",
@@ -497,6 +573,7 @@ impl Write {
         match self {
             Self::Adopt { unit, .. }
             | Self::Release { unit, .. }
+            | Self::Backoff { unit, .. }
             | Self::Phase { unit, .. }
             | Self::HoldJob { unit, .. }
             | Self::Visibility { unit, .. }
@@ -504,4 +581,65 @@ impl Write {
             _ => None,
         }
     }
+}
+
+/// The standard conditions of a unit in `phase` (design §3, Kueue's names):
+/// QuotaReserved, Admitted, PodsReady, Finished, Evicted.
+fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str) -> Value {
+    use QueueUnitPhase::*;
+    let at = now();
+    let condition = |type_: &str, on: bool, reason: &str| {
+        json!({
+            "type": type_, "status": if on { "True" } else { "False" }, "reason": reason,
+            "message": if on { message } else { "" }, "lastTransitionTime": at,
+        })
+    };
+    let evicted = phase == TimeoutBackoff || phase == SchedFailed;
+    json!([
+        condition(
+            "QuotaReserved",
+            phase.holds_quota(),
+            if phase.holds_quota() {
+                "QuotaReserved"
+            } else {
+                "Pending"
+            }
+        ),
+        condition(
+            "Admitted",
+            phase.is_released(),
+            if phase.is_released() {
+                "Admitted"
+            } else {
+                "Pending"
+            }
+        ),
+        condition(
+            "PodsReady",
+            matches!(phase, Running | SchedSucceed),
+            if matches!(phase, Running | SchedSucceed) {
+                "PodsReady"
+            } else {
+                "PodsNotReady"
+            }
+        ),
+        condition(
+            "Finished",
+            phase.is_finished(),
+            match phase {
+                Succeed => "Succeeded",
+                Failed => "Failed",
+                _ => "NotFinished",
+            }
+        ),
+        condition(
+            "Evicted",
+            evicted,
+            if evicted {
+                evicted_reason.unwrap_or("Evicted")
+            } else {
+                "NotEvicted"
+            }
+        ),
+    ])
 }
