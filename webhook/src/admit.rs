@@ -44,9 +44,21 @@ pub enum Verdict {
     Deny(String),
 }
 
-/// Decides on `request`.
+/// The objects of a request as raw JSON. They are taken out of the review
+/// before it is parsed, so a job is read once and never round-trips through
+/// a typed object.
+#[derive(Debug, Default)]
+pub struct RequestObjects {
+    /// `request.object`.
+    pub object: Option<Value>,
+    /// `request.oldObject`.
+    pub old: Option<Value>,
+}
+
+/// Decides on `request`, whose objects are in `objects`.
 pub fn decide(
     request: &AdmissionRequest<DynamicObject>,
+    objects: &RequestObjects,
     view: &dyn ClusterView,
     policy: &Policy,
 ) -> Verdict {
@@ -61,25 +73,29 @@ pub fn decide(
         return Verdict::Allow;
     }
     match request.operation {
-        Operation::Create => decide_create(request, adapter, view, policy),
-        Operation::Update => decide_update(request, adapter, policy),
+        Operation::Create => decide_create(request, objects, adapter, view, policy),
+        Operation::Update => decide_update(request, objects, adapter, policy),
         // Deletes and connects are not ours to judge.
         Operation::Delete | Operation::Connect => Verdict::Allow,
     }
 }
 
-fn object_json(object: Option<&DynamicObject>, which: &str) -> Result<Value, String> {
-    let object = object.ok_or_else(|| format!("the request carries no {which}"))?;
-    serde_json::to_value(object).map_err(|e| format!("the {which} cannot be read: {e}"))
+fn object_json<'a>(object: Option<&'a Value>, which: &str) -> Result<&'a Value, String> {
+    match object {
+        Some(v) if v.is_object() => Ok(v),
+        Some(Value::Null) | None => Err(format!("the request carries no {which}")),
+        Some(_) => Err(format!("the {which} is not a JSON object")),
+    }
 }
 
 fn decide_create(
     request: &AdmissionRequest<DynamicObject>,
+    objects: &RequestObjects,
     adapter: &dyn JobAdapter,
     view: &dyn ClusterView,
     policy: &Policy,
 ) -> Verdict {
-    let job = match object_json(request.object.as_ref(), "object") {
+    let job = match object_json(objects.object.as_ref(), "object") {
         Ok(job) => job,
         Err(message) => return Verdict::Deny(message),
     };
@@ -176,12 +192,13 @@ fn decide_create(
 
 fn decide_update(
     request: &AdmissionRequest<DynamicObject>,
+    objects: &RequestObjects,
     adapter: &dyn JobAdapter,
     policy: &Policy,
 ) -> Verdict {
     let (old, new) = match (
-        object_json(request.old_object.as_ref(), "old object"),
-        object_json(request.object.as_ref(), "object"),
+        object_json(objects.old.as_ref(), "old object"),
+        object_json(objects.object.as_ref(), "object"),
     ) {
         (Ok(old), Ok(new)) => (old, new),
         (Err(m), _) | (_, Err(m)) => return Verdict::Deny(m),

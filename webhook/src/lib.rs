@@ -26,7 +26,7 @@ use koord_queue_certs::{CertPaths, CertReloader};
 use koord_queue_runtime::{AdminServer, Readiness, admin_router, init_logging, shutdown_signal};
 use prometheus_client::registry::Registry;
 
-pub use admit::{Verdict, decide, unit_name};
+pub use admit::{RequestObjects, Verdict, decide, unit_name};
 pub use api_access::{ApiAccess, Created, KubeApi};
 pub use args::Args;
 pub use caches::Caches;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tracing::{Instrument, field};
 
-use crate::admit::{self, Verdict};
+use crate::admit::{self, RequestObjects, Verdict};
 use crate::api_access::{ApiAccess, Created};
 use crate::metrics::{CreateErrorLabels, Metrics, ReviewLabels};
 use crate::policy::Policy;
@@ -96,7 +96,7 @@ impl Webhook {
     /// Answers the body of a `POST /mutate`.
     pub async fn review(&self, body: &[u8]) -> Answer {
         let started = Instant::now();
-        let value: Value = match serde_json::from_slice(body) {
+        let mut value: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => return bad_request(format!("request body is not JSON: {e}")),
         };
@@ -132,6 +132,17 @@ impl Webhook {
             verdict = field::Empty,
         );
         let (answer, verdict) = async {
+            // The job is decided on as raw JSON: take it out before the typed parse.
+            let objects = RequestObjects {
+                object: value
+                    .pointer_mut("/request/object")
+                    .map(Value::take)
+                    .filter(|v| !v.is_null()),
+                old: value
+                    .pointer_mut("/request/oldObject")
+                    .map(Value::take)
+                    .filter(|v| !v.is_null()),
+            };
             let review: AdmissionReview<DynamicObject> = match serde_json::from_value(value) {
                 Ok(r) => r,
                 Err(e) => {
@@ -161,7 +172,7 @@ impl Webhook {
             let span = tracing::Span::current();
             span.record("namespace", request.namespace.as_deref().unwrap_or(""));
             span.record("name", request.name.as_str());
-            match tokio::time::timeout(self.review_timeout, self.decide(&request)).await {
+            match tokio::time::timeout(self.review_timeout, self.decide(&request, &objects)).await {
                 Ok((response, verdict)) => (review_json(response), verdict),
                 Err(_) => (
                     review_json(AdmissionResponse::from(&request).deny(format!(
@@ -196,6 +207,7 @@ impl Webhook {
     async fn decide(
         &self,
         request: &AdmissionRequest<DynamicObject>,
+        objects: &RequestObjects,
     ) -> (AdmissionResponse, &'static str) {
         let allow = AdmissionResponse::from(request);
         if !self.synced.load(Ordering::Acquire) {
@@ -206,8 +218,8 @@ impl Webhook {
         }
         let fresh_namespace = self.fresh_namespace_view(request).await;
         let verdict = match &fresh_namespace {
-            Some(view) => admit::decide(request, view, &self.policy),
-            None => admit::decide(request, self.view.as_ref(), &self.policy),
+            Some(view) => admit::decide(request, objects, view, &self.policy),
+            None => admit::decide(request, objects, self.view.as_ref(), &self.policy),
         };
         match verdict {
             Verdict::Allow => (allow, "allowed"),
