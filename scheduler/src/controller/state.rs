@@ -403,9 +403,10 @@ impl Controller {
     fn on_queue(&mut self, change: Change<Box<QueueRecord>>) {
         match change {
             Change::Applied(rec) => {
-                let def = QueueDef::new(rec.name.clone())
+                let mut def = QueueDef::new(rec.name.clone())
                     .with_priority(rec.priority)
                     .with_policy(rec.policy);
+                def.reclaim = rec.reclaim;
                 self.core.upsert_queue(&def);
                 self.queues.insert(rec.name.clone(), *rec);
             }
