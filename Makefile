@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 
-.PHONY: help provision crds build lint test cluster
+.PHONY: help provision crds build lint test cluster run bench-e2e
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,3 +27,11 @@ test: provision ## Provision what is missing, then run every test of the workspa
 
 cluster: provision ## Run a local control plane (tier 2, 3 kwok nodes) until Ctrl-C
 	$(CARGO) run -q -p koord-queue-tests --bin local-cluster
+
+SCALE ?= 15k
+BENCH_OUT ?= docs/bench
+bench-e2e: provision ## End-to-end benchmark in Kueue's baseline shape (SCALE=15k; writes $(BENCH_OUT)/e2e-$(SCALE).json/.svg)
+	$(CARGO) run --release -q -p koord-queue-tests --bin bench-e2e -- --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
+
+run: provision ## Koord-Queue on a local control plane (chart, webhook, scheduler, demo) until Ctrl-C
+	$(CARGO) run -q -p koord-queue-tests --bin local-run

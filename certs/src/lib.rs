@@ -4,6 +4,7 @@
 //! bootstrap of clusters without cert-manager.
 
 mod authority;
+pub mod bootstrap;
 pub mod inspect;
 mod pem_files;
 mod serving;

@@ -8,6 +8,7 @@ pub mod background;
 pub mod control_plane;
 pub mod e2e;
 pub mod fixtures;
+pub mod install;
 pub mod job_crds;
 pub mod kubeconfig;
 pub mod pki;

@@ -99,30 +99,30 @@ fn decide_create(
         Ok(job) => job,
         Err(message) => return Verdict::Deny(message),
     };
-    if jobs::owned_by_managed_job(&job) {
+    if jobs::owned_by_managed_job(job) {
         // Its owner is queued already (e.g. a RayJob's RayCluster).
         return Verdict::Allow;
     }
     let Some(namespace) = request.namespace.clone().filter(|n| !n.is_empty()) else {
         return Verdict::Deny("a job must be namespaced".into());
     };
-    let name = match job_name(&job, &request.uid) {
+    let name = match job_name(job, &request.uid) {
         Ok(name) => name,
         Err(message) => return Verdict::Deny(message),
     };
     let kind = adapter.kind();
     let what = format!("{} {namespace}/{name}", kind.kind);
 
-    let pod_sets = match adapter.pod_sets(&job) {
+    let pod_sets = match adapter.pod_sets(job) {
         Ok(sets) => sets,
         Err(error) => return Verdict::Deny(format!("{what} cannot be queued: {error}")),
     };
-    let labels = string_map(&job, "labels");
+    let labels = string_map(job, "labels");
     let queue = match choose_queue(&labels, &namespace, view, policy) {
         Ok(queue) => queue,
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
-    let (priority_class_name, priority) = match priority(adapter, &job, view) {
+    let (priority_class_name, priority) = match priority(adapter, job, view) {
         Ok(p) => p,
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
@@ -143,7 +143,7 @@ fn decide_create(
     }
     adapter.hold(&mut held);
     jobs::set_annotation(&mut held, keys::QUEUE_UNIT_ANNOTATION, &unit_name);
-    let patch = json_patch::diff(&job, &held);
+    let patch = json_patch::diff(job, &held);
 
     let total = jobs::total_resources(&pod_sets).to_list();
     let pod_set = match pod_sets
@@ -206,15 +206,15 @@ fn decide_update(
     if policy.is_scheduler(request) {
         return Verdict::Allow;
     }
-    let old_unit = jobs::annotation(&old, keys::QUEUE_UNIT_ANNOTATION);
-    let new_unit = jobs::annotation(&new, keys::QUEUE_UNIT_ANNOTATION);
+    let old_unit = jobs::annotation(old, keys::QUEUE_UNIT_ANNOTATION);
+    let new_unit = jobs::annotation(new, keys::QUEUE_UNIT_ANNOTATION);
     if old_unit.is_some() && old_unit != new_unit {
         return Verdict::Deny(format!(
             "the {} annotation is managed by Koord-Queue and cannot be changed",
             keys::QUEUE_UNIT_ANNOTATION
         ));
     }
-    let lifts_hold = adapter.is_held(&old) && !adapter.is_held(&new);
+    let lifts_hold = adapter.is_held(old) && !adapter.is_held(new);
     match (lifts_hold, old_unit) {
         (true, Some(unit)) => Verdict::CheckRelease {
             namespace: request.namespace.clone().unwrap_or_default(),
