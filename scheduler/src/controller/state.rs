@@ -615,7 +615,9 @@ impl Controller {
                         } else {
                             st.rec.held.clone()
                         };
-                        let _ = self.core.hold(k, &held);
+                        // The release time orders reclaim (most recent first),
+                        // also after a restart.
+                        let _ = self.core.hold_at(k, &held, st.rec.allocated_ms);
                         changed = true;
                     }
                     _ => {}
@@ -891,13 +893,15 @@ impl Controller {
             st.busy = true;
             // Quota of a finished or re-suspended job is freed at once; if the
             // write fails the unit is reconciled (and held) again.
+            // A reclaim victim keeps counting until its job is held again:
+            // the guaranteed unit waits for the resources to be really free.
             let frees = matches!(
                 &write,
                 Write::Phase {
                     admissions: Some(_),
                     ..
-                } | Write::Backoff { .. }
-            );
+                }
+            ) || matches!(&write, Write::Backoff { reason, .. } if *reason != RECLAIMED);
             if frees && st.member != Membership::Absent {
                 self.core.remove_unit(k);
                 st.member = Membership::Absent;
@@ -1013,11 +1017,36 @@ impl Controller {
             };
             self.writer.submit(write);
         }
+        for reclaim in out.reclaims {
+            self.reclaim(reclaim);
+        }
         for (k, reason) in out.waiting {
             if let Some(st) = self.units.get_mut(&k) {
                 st.reason = Some(reason.to_string());
             }
         }
+    }
+
+    /// Re-suspends a reclaim victim: its job is held again, it goes to
+    /// TimeoutBackoff with the reason "reclaimed", and the core frees its
+    /// quota once that is written (or puts it back if it cannot be).
+    fn reclaim(&mut self, reclaim: crate::core::Reclaim) {
+        let k: Key = reclaim.victim.clone();
+        let Some(st) = self.units.get(&k) else {
+            let _ = self.core.cancel_reclaim(&k);
+            return;
+        };
+        if st.busy {
+            let _ = self.core.cancel_reclaim(&k);
+            return;
+        }
+        let job = self
+            .jobs
+            .get(&st.rec.job_key())
+            .filter(|j| j.unit_name == st.rec.name);
+        tracing::info!(victim = %k, for_unit = %reclaim.for_unit, resources = %reclaim.resources, "reclaiming");
+        let write = self.backoff(&k, &st.rec, job, None, RECLAIMED, reclaim.message());
+        self.submit_unit_write(&k, write);
     }
 
     // ---- write results --------------------------------------------------------
@@ -1157,7 +1186,7 @@ impl Controller {
                     st.released_here = false;
                     self.timed.insert(k.clone());
                     let event_reason = match reason {
-                        "Reclaimed" => "Reclaimed",
+                        RECLAIMED => "Reclaimed",
                         "AdmissionCheck" => "AdmissionCheckFailed",
                         "SchedulingTimeout" => "SchedulingFailed",
                         _ => "RunningTimeout",
@@ -1171,6 +1200,10 @@ impl Controller {
                     if let Some(job) = target {
                         self.event(&job, true, event_reason, message);
                     }
+                } else if reason == RECLAIMED {
+                    // The victim keeps its quota; the guaranteed unit plans again.
+                    let _ = self.core.cancel_reclaim(&k);
+                    self.request_cycle();
                 } else {
                     self.retry.insert(k.clone());
                 }
@@ -1564,6 +1597,9 @@ impl Controller {
         true
     }
 }
+
+/// Condition reason (and backoff reason) of a reclaimed unit.
+const RECLAIMED: &str = "Reclaimed";
 
 /// Condition type on the Queue of a quota whose children's guaranteed
 /// minimum exceeds its own (they are then scaled down proportionally).

@@ -15,11 +15,19 @@ use koord_queue_api::{QueuePolicy, Resources};
 
 use super::engine::Core;
 use super::framework::Framework;
-use super::ids::{QueueId, UnitId};
+use super::ids::{QueueId, QuotaId, UnitId};
 use super::queues::{Dirty, QueueEntry, WaitKey};
 use super::reason::{Blocker, WaitReason};
+use super::reclaim::{Reclaim, ReclaimState, VictimKey};
 use super::state::ClusterState;
-use super::units::{UnitState, Units};
+use super::units::{UnitEntry, UnitState, Units};
+
+/// Passes of one cycle at most. A cycle makes another pass only when the
+/// previous one released units that reclaim was waiting on (or took back
+/// units for a guaranteed one), which ends because every such pass releases
+/// units; the bound only guards against a mistake. Work left over waits for
+/// the next cycle.
+const MAX_PASSES: usize = 64;
 
 /// A unit to release. The core has already reserved its resources; if the
 /// release cannot be written, call [`Core::unreserve`].
@@ -51,6 +59,10 @@ pub struct CycleStats {
 pub struct CycleOutput {
     /// Units to release, in the order they were decided.
     pub decisions: Vec<Decision>,
+    /// Units to re-suspend so that guaranteed units get the quota they
+    /// borrow (each reported once). They keep counting as used until the
+    /// controller reports them freed; see [`Reclaim`].
+    pub reclaims: Vec<Reclaim>,
     /// Waiting units whose reason changed since the previous cycle (or that
     /// have one for the first time), with the new reason.
     pub waiting: Vec<(Arc<str>, WaitReason)>,
@@ -59,7 +71,7 @@ pub struct CycleOutput {
 }
 
 /// A unit's verdict.
-enum Verdict {
+pub(crate) enum Verdict {
     Fits,
     /// Rejected by the filters with this reason.
     Blocked(WaitReason),
@@ -68,13 +80,20 @@ enum Verdict {
 }
 
 /// The parts of the core a queue evaluation works with.
-struct Pass<'a> {
-    framework: &'a Framework,
-    state: &'a mut ClusterState,
-    units: &'a mut Units,
-    index: &'a mut HashMap<Blocker, HashSet<QueueId>>,
-    epoch: u64,
-    out: &'a mut CycleOutput,
+pub(crate) struct Pass<'a> {
+    pub framework: &'a Framework,
+    pub state: &'a mut ClusterState,
+    pub units: &'a mut Units,
+    pub index: &'a mut HashMap<Blocker, HashSet<QueueId>>,
+    pub epoch: u64,
+    pub out: &'a mut CycleOutput,
+    pub reclaim: &'a mut ReclaimState,
+    pub relaxed: &'a mut HashSet<Blocker>,
+    /// The queue being served: its name and whether it reclaims.
+    pub queue_name: Arc<str>,
+    pub reclaim_on: bool,
+    /// The quota last recorded as watched for this queue (saves lookups).
+    pub watched: Option<QuotaId>,
 }
 
 impl Core {
@@ -82,18 +101,64 @@ impl Core {
     /// reserved) and the waiting units whose reason changed.
     pub fn run_cycle(&mut self) -> CycleOutput {
         let mut out = CycleOutput::default();
-        self.apply_relaxations();
+        self.reclaim.cycle_start = self.reclaim.next_seq();
+        self.reclaim.made_room.clear();
         let mut order = mem::take(&mut self.order_buf);
-        order.clear();
-        order.extend(self.queues.order.iter().map(|(_, _, q)| *q));
-        for &q in &order {
-            if self.queues.get(q).is_some_and(QueueEntry::needs_visit) {
-                self.evaluate_queue(q, &mut out);
+        let mut passes = 0;
+        for _ in 0..MAX_PASSES {
+            passes += 1;
+            self.reclaim_housekeeping();
+            self.apply_relaxations();
+            order.clear();
+            order.extend(self.queues.order.iter().map(|(_, _, q)| *q));
+            for &q in &order {
+                if self.queues.get(q).is_some_and(QueueEntry::needs_visit) {
+                    self.evaluate_queue(q, &mut out);
+                    self.requeue_withdrawn();
+                }
+            }
+            // Only reclaim leaves work behind a pass: pauses that ended,
+            // units taken back, guaranteed units to try again.
+            if self.relaxed.is_empty() && !self.reclaim.has_pending() {
+                break;
             }
         }
         self.order_buf = order;
+        self.drop_withdrawn(&mut out);
+        if passes > 1 {
+            // A unit judged in several passes is reported once, with its
+            // latest reason.
+            let mut seen = HashSet::new();
+            let mut latest: Vec<(Arc<str>, WaitReason)> = mem::take(&mut out.waiting)
+                .into_iter()
+                .rev()
+                .filter(|(k, _)| seen.insert(Arc::clone(k)))
+                .collect();
+            latest.reverse();
+            out.waiting = latest;
+        }
         self.flush_reasons(&mut out);
         out
+    }
+
+    /// Removes the decisions withdrawn during the cycle (units taken back
+    /// for guaranteed ones before anything was written).
+    fn drop_withdrawn(&mut self, out: &mut CycleOutput) {
+        let withdrawn = mem::take(&mut self.reclaim.withdrawn);
+        if withdrawn.is_empty() {
+            return;
+        }
+        let mut gone = vec![false; out.decisions.len()];
+        for i in withdrawn {
+            if let Some(g) = gone.get_mut(i) {
+                *g = true;
+            }
+        }
+        let mut i = 0;
+        out.decisions.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
     }
 
     /// Marks the queues that have units stopped by a limit that now has
@@ -139,6 +204,8 @@ impl Core {
             units,
             blocked_index,
             epoch,
+            reclaim,
+            relaxed,
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
@@ -153,7 +220,7 @@ impl Core {
                 u.dirty_in = None;
             }
         }
-        let Some(policy) = entry.def.as_ref().map(|d| d.policy) else {
+        let Some((policy, reclaim_on)) = entry.def.as_ref().map(|d| (d.policy, d.reclaim)) else {
             return;
         };
         if dirty == Dirty::Relaxed
@@ -175,6 +242,11 @@ impl Core {
             index: blocked_index,
             epoch: *epoch,
             out,
+            reclaim,
+            relaxed,
+            queue_name: Arc::clone(&entry.name),
+            reclaim_on,
+            watched: None,
         };
         let full = dirty != Dirty::Clean;
         match policy {
@@ -221,6 +293,16 @@ impl Pass<'_> {
     /// hand; a unit already listed as changed before the cycle is reported
     /// by the end-of-cycle flush instead, with its latest reason.
     fn note_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
+        if !self.reclaim.plans.is_empty()
+            && !matches!(new, WaitReason::Reclaiming { .. })
+            && self.reclaim.plans.contains_key(&id)
+        {
+            // It no longer waits for reclaimed resources (e.g. a Block
+            // queue stops at a unit ahead of it): borrowing must not stay
+            // paused for it.
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, self.relaxed);
+        }
         let Some(e) = self.units.get_mut(id) else {
             return;
         };
@@ -249,25 +331,66 @@ impl Pass<'_> {
             && *trusted == self.epoch
             && let Some((b, need)) = r.blocker()
             && self.state.headroom(b) < need
+            && !self.may_reclaim_now(u, r)
         {
             return Verdict::StillBlocked(b, need);
         }
         self.out.stats.filter_runs += 1;
         match self.framework.filter(&u.as_ref(), self.state) {
-            Ok(()) => Verdict::Fits,
-            Err(reason) => Verdict::Blocked(reason),
+            Ok(()) => match self.paused(id) {
+                Some(reason) => Verdict::Blocked(reason),
+                None => Verdict::Fits,
+            },
+            Err(reason) => self.after_rejection(id, reason),
+        }
+    }
+
+    /// Whether a unit still stopped by the limit of its earlier verdict
+    /// must be judged afresh because it may reclaim now: its queue reclaims
+    /// again, or it was judged to borrow and its quota has room under its
+    /// min again (it may be guaranteed now).
+    fn may_reclaim_now(&self, u: &UnitEntry, r: &WaitReason) -> bool {
+        if !self.reclaim_on {
+            return false;
+        }
+        match r {
+            WaitReason::ReclaimOff { .. } => true,
+            _ => {
+                r.is_quota_limit()
+                    && !r.is_guaranteed()
+                    && self
+                        .state
+                        .quotas
+                        .is_guaranteed_projected(u.quota, &u.request)
+            }
         }
     }
 
     /// Reserves the unit's request and records the decision.
     fn release(&mut self, id: UnitId, queue: &Arc<str>) {
+        if self.reclaim.plans.contains_key(&id) {
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, self.relaxed);
+        }
+        self.reclaim.retry.remove(&id);
+        let since = self.reclaim.now();
         let Some(u) = self.units.get_mut(id) else {
             return;
         };
         let guaranteed = self.state.quotas.is_guaranteed(u.quota, &u.request);
+        if !guaranteed {
+            // More borrowing: a guaranteed unit may be able to reclaim now.
+            self.reclaim.stale = true;
+        }
         let amount = u.request.clone();
         self.framework
             .reserve(&u.as_ref_with(&amount), &amount, self.state);
+        // The decision's index is its sequence number within the cycle
+        // (see `ReclaimState::withdrawn`).
+        debug_assert_eq!(
+            since.seq - self.reclaim.cycle_start,
+            self.out.decisions.len() as u64
+        );
         self.out.decisions.push(Decision {
             unit: Arc::clone(&u.key),
             queue: Arc::clone(queue),
@@ -277,7 +400,11 @@ impl Pass<'_> {
         u.state = UnitState::Holding {
             amount,
             started: false,
+            since,
         };
+        self.reclaim
+            .index
+            .insert(&self.state.quotas, VictimKey::of(u, id, since));
     }
 
     /// Records a blocked verdict: the unit's reason and the queue's limits.
@@ -293,6 +420,7 @@ impl Pass<'_> {
             Verdict::StillBlocked(b, need) => Some((b, need)),
             Verdict::Blocked(reason) => {
                 let limit = reason.blocker();
+                self.watch(q, id, &reason);
                 self.note_reason(id, reason, self.epoch);
                 limit
             }
@@ -306,6 +434,22 @@ impl Pass<'_> {
                 }
             }
         }
+    }
+
+    /// Records that queue `q` has a unit judged to borrow in its quota, to
+    /// look at it again if the quota gets room under its min.
+    fn watch(&mut self, q: QueueId, id: UnitId, reason: &WaitReason) {
+        if !self.reclaim_on || !reason.is_quota_limit() || reason.is_guaranteed() {
+            return;
+        }
+        let Some(quota) = self.units.get(id).and_then(|u| u.quota) else {
+            return;
+        };
+        if self.watched == Some(quota) {
+            return;
+        }
+        self.watched = Some(quota);
+        self.reclaim.watch.entry(quota).or_default().insert(q);
     }
 
     /// Priority policy, every waiting unit in order.

@@ -10,7 +10,10 @@
 //!   limit are looked at again if the limit now has room for them;
 //! - a change of the tree's shape (or of plugin inputs the core cannot see)
 //!   starts a new *epoch*: every queue is looked at in full and no earlier
-//!   verdict is re-used.
+//!   verdict is re-used;
+//! - reclaim (see `reclaim.rs`) is told about every unit that starts or
+//!   stops holding quota, so that its victim order and its view of the
+//!   reclaims in flight stay exact.
 
 use std::collections::{HashMap, HashSet};
 use std::mem;
@@ -28,9 +31,10 @@ use super::plugins::elastic_quota;
 use super::queues::{Dirty, QueueState, Queues, WaitKey};
 use super::quota_tree::QuotaChange;
 use super::reason::{Blocker, WaitReason};
+use super::reclaim::ReclaimState;
 use super::registry::Registry;
 use super::state::ClusterState;
-use super::units::{UnitEntry, UnitState, Units};
+use super::units::{Stamp, UnitEntry, UnitState, Units};
 
 /// A call the core cannot carry out.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +45,9 @@ pub enum CoreError {
     /// The unit does not hold quota.
     #[error("queue unit {0} holds no quota")]
     NotHolding(String),
+    /// The unit is not being reclaimed.
+    #[error("queue unit {0} is not being reclaimed")]
+    NotReclaimed(String),
     /// A name that cannot be used.
     #[error("invalid {what} name {name:?}: {reason}")]
     InvalidName {
@@ -71,6 +78,17 @@ pub struct Core {
     pub(crate) capacity_source: Option<CapacitySource>,
     /// Reused buffer for the queue order of a cycle.
     pub(crate) order_buf: Vec<QueueId>,
+    /// Reclaim of borrowed quota.
+    pub(crate) reclaim: ReclaimState,
+}
+
+/// What a unit held, taken from it to be given back (moved or replaced).
+pub(crate) struct Held {
+    amount: ResVec,
+    started: bool,
+    since: Stamp,
+    /// `Some` if it was being reclaimed, with the unit waiting for it.
+    victim_of: Option<Option<UnitId>>,
 }
 
 impl Core {
@@ -107,6 +125,7 @@ impl Core {
             changed: Vec::new(),
             capacity_source,
             order_buf: Vec::new(),
+            reclaim: ReclaimState::default(),
         })
     }
 
@@ -205,8 +224,9 @@ impl Core {
                         self.relaxed.insert(Blocker::QuotaMax(q, k));
                     }
                 }
+                self.reclaim_limits_changed();
             }
-            QuotaChange::Structure => self.new_epoch(),
+            QuotaChange::Structure => self.restructured(),
         }
         Ok(())
     }
@@ -216,7 +236,7 @@ impl Core {
     pub fn remove_quota(&mut self, name: &str) -> bool {
         let removed = self.state.quotas.remove(name, &self.state.resources);
         if removed {
-            self.new_epoch();
+            self.restructured();
         }
         removed
     }
@@ -236,6 +256,8 @@ impl Core {
                 self.relaxed.insert(Blocker::Capacity(k));
             }
         }
+        // The top-level mins are scaled against the capacity.
+        self.reclaim_limits_changed();
     }
 
     /// Sets a namespace's ResourceQuota hard limits and usage (for the
@@ -276,6 +298,12 @@ impl Core {
         for e in &mut self.queues.entries {
             e.dirty = Dirty::Forced;
         }
+    }
+
+    /// The tree changed shape.
+    fn restructured(&mut self) {
+        self.new_epoch();
+        self.reclaim_restructured();
     }
 
     // ---- units ----
@@ -342,6 +370,9 @@ impl Core {
         }
         if e.is_waiting() {
             self.dequeue(id);
+            // What it waits for reclaim with may no longer be right: it plans again.
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);
             if let Some(e) = self.units.get_mut(id) {
                 e.queue = queue;
                 e.order = order;
@@ -353,7 +384,13 @@ impl Core {
             self.enqueue(id);
         } else {
             let moves = e.quota != quota || e.namespace != namespace || e.queue != queue;
-            let held = if moves { self.take_holding(id) } else { None };
+            let reorders = e.priority != def.priority;
+            // Taken and given back so that usage and the victim order follow.
+            let held = if moves || reorders {
+                self.take_holding(id)
+            } else {
+                None
+            };
             if let Some(e) = self.units.get_mut(id) {
                 e.queue = queue;
                 e.order = order;
@@ -362,8 +399,11 @@ impl Core {
                 e.namespace = namespace;
                 e.priority = def.priority;
             }
-            if let Some((amount, started)) = held {
-                self.give_holding(id, amount, started);
+            if let Some(held) = held {
+                self.give_holding(id, held);
+                // A moved or re-prioritized holder may change what a
+                // guaranteed unit can reclaim.
+                self.reclaim.stale = true;
             }
         }
         Ok(())
@@ -377,28 +417,80 @@ impl Core {
         };
         if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
             self.dequeue(id);
-        } else {
-            self.take_holding(id);
+            if self
+                .reclaim
+                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed)
+                .is_some()
+            {
+                // Less is promised: a plan that failed may work now.
+                self.reclaim.stale = true;
+            }
+            self.reclaim.retry.remove(&id);
+        } else if let Some(held) = self.take_holding(id)
+            && let Some(waiting) = held.victim_of
+        {
+            self.victim_freed(id, waiting);
         }
         self.units.remove(id).is_some()
     }
 
     /// Records that a unit holds `resources` (it was released earlier, e.g.
     /// before a restart). A waiting unit leaves its queue; a holding one has
-    /// its holding replaced.
+    /// its holding replaced. Counts as released now for the reclaim order
+    /// (see [`Core::hold_at`]).
     pub fn hold(&mut self, key: &str, resources: &Resources) -> Result<(), CoreError> {
+        self.hold_at(key, resources, None)
+    }
+
+    /// [`Core::hold`] with the time the unit was released, in milliseconds
+    /// since the Unix epoch (its `status.lastAllocateTime`), so that after a
+    /// restart the most recently released units are still reclaimed first.
+    /// Units the core releases itself, or is told about without a time,
+    /// count as released after every time it was given. `None` keeps the
+    /// release time of a unit that already holds quota, and means "now" for
+    /// a waiting one.
+    pub fn hold_at(
+        &mut self,
+        key: &str,
+        resources: &Resources,
+        released_ms: Option<i64>,
+    ) -> Result<(), CoreError> {
         let id = self
             .units
             .lookup(key)
             .ok_or_else(|| CoreError::UnknownUnit(key.to_string()))?;
         let amount = ResVec::from_resources(resources, &mut self.state.resources);
-        let started = if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
+        let held = if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
             self.dequeue(id);
-            false
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);
+            self.reclaim.retry.remove(&id);
+            Held {
+                amount,
+                started: false,
+                since: match released_ms {
+                    Some(ms) => self.reclaim.at(ms),
+                    None => self.reclaim.now(),
+                },
+                victim_of: None,
+            }
         } else {
-            self.take_holding(id).is_some_and(|(_, s)| s)
+            let before = self.take_holding(id);
+            let since = match (released_ms, before.as_ref().map(|h| h.since)) {
+                (Some(ms), _) => self.reclaim.at(ms),
+                (None, Some(since)) => since,
+                (None, None) => self.reclaim.now(),
+            };
+            Held {
+                amount,
+                started: before.as_ref().is_some_and(|h| h.started),
+                since,
+                victim_of: before.and_then(|h| h.victim_of),
+            }
         };
-        self.give_holding(id, amount, started);
+        self.give_holding(id, held);
+        // New holdings may be borrowing that a guaranteed unit can reclaim.
+        self.reclaim.stale = true;
         Ok(())
     }
 
@@ -409,8 +501,11 @@ impl Core {
             .units
             .lookup(key)
             .ok_or_else(|| CoreError::UnknownUnit(key.to_string()))?;
-        if self.take_holding(id).is_none() {
+        let Some(held) = self.take_holding(id) else {
             return Err(CoreError::NotHolding(key.to_string()));
+        };
+        if let Some(waiting) = held.victim_of {
+            self.victim_freed(id, waiting);
         }
         if let Some(e) = self.units.get_mut(id) {
             e.state = UnitState::Waiting {
@@ -450,12 +545,14 @@ impl Core {
             UnitState::Holding {
                 started: false,
                 amount,
+                since,
             } => {
-                let amount = amount.clone();
+                let (amount, since) = (amount.clone(), *since);
                 framework.started(&e.as_ref_with(&amount), &amount, state);
                 e.state = UnitState::Holding {
                     amount,
                     started: true,
+                    since,
                 };
                 Ok(())
             }
@@ -466,8 +563,9 @@ impl Core {
 
     // ---- internals shared with the cycle ----
 
-    /// Puts a waiting unit in its queue's line and on its dirty list.
-    fn enqueue(&mut self, id: UnitId) {
+    /// Puts a waiting unit in its queue's line and on its dirty list (also
+    /// to have one already in line looked at again, its verdict not trusted).
+    pub(crate) fn enqueue(&mut self, id: UnitId) {
         let Some(e) = self.units.get_mut(id) else {
             return;
         };
@@ -521,24 +619,44 @@ impl Core {
         }
     }
 
-    /// Makes the unit hold `amount`, accounting it through the reserve plugins.
-    pub(crate) fn give_holding(&mut self, id: UnitId, amount: ResVec, started: bool) {
+    /// Makes the unit hold what `held` says, accounting it through the
+    /// reserve plugins and listing it for reclaim (or as being reclaimed).
+    fn give_holding(&mut self, id: UnitId, held: Held) {
         let Core {
             framework,
             state,
             units,
             queues,
+            reclaim,
             ..
         } = self;
         let Some(e) = units.get_mut(id) else {
             return;
         };
+        let Held {
+            amount,
+            started,
+            since,
+            victim_of,
+        } = held;
         e.state = UnitState::Holding {
             amount: ResVec::default(),
             started,
+            since,
         };
         framework.reserve(&e.as_ref_with(&amount), &amount, state);
-        e.state = UnitState::Holding { amount, started };
+        if let Some(waiting) = victim_of {
+            state.quotas.mark_reclaiming(e.quota, &amount, true);
+            reclaim.victims.insert(id, waiting);
+        }
+        e.state = UnitState::Holding {
+            amount,
+            started,
+            since,
+        };
+        if victim_of.is_none() {
+            reclaim.list(&state.quotas, id, e);
+        }
         if let Some(entry) = e.queue.and_then(|q| queues.get_mut(q)) {
             entry.admitted += 1;
         }
@@ -546,21 +664,39 @@ impl Core {
 
     /// Frees what the unit holds, recording the limits that got room.
     /// Returns what it held, or `None` if it held nothing. The unit is left
-    /// in the `Waiting` state outside any queue; the caller decides what next.
-    fn take_holding(&mut self, id: UnitId) -> Option<(ResVec, bool)> {
+    /// in the `Waiting` state outside any queue; the caller decides what
+    /// next (and whether a victim is freed for good: [`Core::victim_freed`]).
+    fn take_holding(&mut self, id: UnitId) -> Option<Held> {
         let Core {
             framework,
             state,
             units,
             queues,
             relaxed,
+            reclaim,
             ..
         } = self;
         let e = units.get_mut(id)?;
-        let UnitState::Holding { amount, started } = &e.state else {
+        let UnitState::Holding {
+            amount,
+            started,
+            since,
+        } = &e.state
+        else {
             return None;
         };
-        let (amount, started) = (amount.clone(), *started);
+        let (amount, started, since) = (amount.clone(), *started, *since);
+        let victim_of = reclaim.victims.remove(&id);
+        match victim_of {
+            Some(_) => state.quotas.mark_reclaiming(e.quota, &amount, false),
+            None => {
+                reclaim.unlist(&state.quotas, id, e);
+                if let Some(q) = e.quota {
+                    // Its quota uses less: units there may be within the min now.
+                    reclaim.room_check.push(q);
+                }
+            }
+        }
         framework.unreserve(&e.as_ref_with(&amount), &amount, state);
         e.state = UnitState::Waiting {
             reason: None,
@@ -570,12 +706,22 @@ impl Core {
             entry.admitted = entry.admitted.saturating_sub(1);
         }
         note_freed(relaxed, state, e.quota, e.namespace, &amount);
-        Some((amount, started))
+        Some(Held {
+            amount,
+            started,
+            since,
+            victim_of,
+        })
     }
 
     /// Sets a waiting unit's reason (as of `epoch`, 0 for reasons that are
     /// not the filters' verdict) and lists it as changed if it differs.
     pub(crate) fn set_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
+        if !matches!(new, WaitReason::Reclaiming { .. }) {
+            // It no longer waits for reclaimed resources.
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);
+        }
         let Some(e) = self.units.get_mut(id) else {
             return;
         };
@@ -595,7 +741,7 @@ impl Core {
 
 /// Records the limits that got room when `amount` charged to `quota` and
 /// `namespace` was freed.
-fn note_freed(
+pub(crate) fn note_freed(
     relaxed: &mut HashSet<Blocker>,
     state: &ClusterState,
     quota: Option<QuotaId>,

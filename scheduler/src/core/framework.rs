@@ -138,6 +138,25 @@ impl Framework {
         Ok(())
     }
 
+    /// Runs the filters in order except plugin `skip`; the first rejection wins.
+    pub fn filter_except(
+        &self,
+        skip: &str,
+        unit: &UnitRef<'_>,
+        state: &ClusterState,
+    ) -> Result<(), WaitReason> {
+        for i in &self.filters {
+            let plugin = &self.plugins[*i];
+            if plugin.name() == skip {
+                continue;
+            }
+            if let Some(f) = plugin.as_filter() {
+                f.filter(unit, state)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Accounts `amount` as held by the unit.
     pub fn reserve(&self, unit: &UnitRef<'_>, amount: &ResVec, state: &mut ClusterState) {
         for i in &self.reserves {

@@ -11,6 +11,10 @@
 //!   [`Core::hold`], [`Core::free`], [`Core::mark_started`];
 //! - decide: [`Core::run_cycle`], then [`Core::unreserve`] for each decision
 //!   whose write failed;
+//! - reclaim: for each [`Reclaim`] of a cycle, re-suspend the victim's job,
+//!   then report it freed with [`Core::remove_unit`] (or [`Core::free`]);
+//!   if that write failed, [`Core::cancel_reclaim`]. After a restart, report
+//!   held units with [`Core::hold_at`] and their `lastAllocateTime`;
 //! - publish: [`Core::queue_waiting`] (positions), [`Core::queue_counts`],
 //!   [`Core::reason`], [`Core::min_warnings`], [`Core::quota_figures`].
 
@@ -27,6 +31,7 @@ pub mod plugins;
 pub mod queues;
 pub mod quota_tree;
 pub mod reason;
+pub mod reclaim;
 pub mod registry;
 pub mod state;
 pub mod synthetic;
@@ -47,6 +52,7 @@ pub use plugin::{
 };
 pub use quota_tree::{MinWarning, QuotaFigures};
 pub use reason::{Blocker, Shortfall, WaitReason};
+pub use reclaim::{Reclaim, ReclaimInFlight};
 pub use registry::{PluginFactory, Registry};
 pub use state::ClusterState;
 pub use view::{QueueSummary, UnitStatus, WaitingUnit};

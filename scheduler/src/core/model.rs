@@ -16,7 +16,8 @@ pub struct QueueDef {
     /// What happens to a unit that does not fit.
     pub policy: QueuePolicy,
     /// Whether guaranteed units of this queue may reclaim quota borrowed by
-    /// others. Stored for the reclaim step; the cycle does not reclaim yet.
+    /// others (design §4.4). When off, they wait until the borrowed quota
+    /// is freed by itself.
     pub reclaim: bool,
 }
 
@@ -40,6 +41,12 @@ impl QueueDef {
     /// The same queue with policy `policy`.
     pub fn with_policy(mut self, policy: QueuePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The same queue with reclaim switched on or off.
+    pub fn with_reclaim(mut self, reclaim: bool) -> Self {
+        self.reclaim = reclaim;
         self
     }
 }

@@ -102,6 +102,18 @@ struct Node {
     direct_used: Dense,
     /// Usage of the whole subtree.
     used: Dense,
+    /// Part of `direct_used` held by units being reclaimed.
+    direct_reclaiming: Dense,
+    /// Part of `used` held by units being reclaimed.
+    reclaiming: Dense,
+    /// Requests of guaranteed units charged to this very quota that wait
+    /// for reclaimed resources (room they will take once it is freed).
+    direct_promised: Dense,
+    /// The same for the whole subtree.
+    promised: Dense,
+    /// Guaranteed units waiting for reclaim whose shortage is at this quota
+    /// (per resource): borrowing under it is paused while non-zero.
+    waiters: Dense,
     /// The quota itself, then its ancestors up to (not including) the root.
     path: Result<Box<[QuotaId]>, PathProblem>,
     children: Vec<QuotaId>,
@@ -118,6 +130,11 @@ impl Node {
             min_eff: Dense::zeros(),
             direct_used: Dense::zeros(),
             used: Dense::zeros(),
+            direct_reclaiming: Dense::zeros(),
+            reclaiming: Dense::zeros(),
+            direct_promised: Dense::zeros(),
+            promised: Dense::zeros(),
+            waiters: Dense::zeros(),
             path: Err(PathProblem::Undefined),
             children: Vec::new(),
         }
@@ -132,7 +149,35 @@ pub struct QuotaTree {
     root_children: Vec<QuotaId>,
     capacity: Capacity,
     root_used: Dense,
+    root_reclaiming: Dense,
+    root_promised: Dense,
+    /// Guaranteed units waiting for reclaim whose shortage is the capacity.
+    root_waiters: Dense,
+    /// Sum of all waiter counts, so that the common case (nobody waits for
+    /// reclaim) costs one comparison.
+    total_waiters: i64,
     warnings: Vec<MinWarning>,
+}
+
+/// One of the per-quota usage figures kept along the quota paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Figure {
+    /// What holding units hold.
+    Used,
+    /// What units being reclaimed hold (a part of `Used`).
+    Reclaiming,
+    /// What guaranteed units waiting for reclaimed resources will take.
+    Promised,
+}
+
+impl Node {
+    fn figure(&mut self, figure: Figure) -> (&mut Dense, &mut Dense) {
+        match figure {
+            Figure::Used => (&mut self.direct_used, &mut self.used),
+            Figure::Reclaiming => (&mut self.direct_reclaiming, &mut self.reclaiming),
+            Figure::Promised => (&mut self.direct_promised, &mut self.promised),
+        }
+    }
 }
 
 impl QuotaTree {
@@ -144,6 +189,10 @@ impl QuotaTree {
             root_children: Vec::new(),
             capacity,
             root_used: Dense::zeros(),
+            root_reclaiming: Dense::zeros(),
+            root_promised: Dense::zeros(),
+            root_waiters: Dense::zeros(),
+            total_waiters: 0,
             warnings: Vec::new(),
         }
     }
@@ -263,9 +312,11 @@ impl QuotaTree {
         let Some(node) = leaf.and_then(|l| self.node(l)).filter(|n| n.defined) else {
             return false;
         };
-        request
-            .iter()
-            .all(|(k, r)| node.used.get(k).saturating_add(r) <= node.min_eff.get(k))
+        has_min_for(node, request)
+            && request
+                .iter()
+                .filter(|(k, _)| governs(node, *k))
+                .all(|(k, r)| node.used.get(k).saturating_add(r) <= node.min_eff.get(k))
     }
 
     /// How much of `resource` the children of `at` (the root when `None`)
@@ -390,19 +441,35 @@ impl QuotaTree {
 
     /// Charges `amount` to `quota` (or to the root only when `None`).
     pub fn add_usage(&mut self, quota: Option<QuotaId>, amount: &ResVec) {
-        self.apply_usage(quota, amount, true);
+        self.apply(Figure::Used, quota, amount, true);
     }
 
     /// Takes `amount` back from `quota` (or from the root only when `None`).
     pub fn sub_usage(&mut self, quota: Option<QuotaId>, amount: &ResVec) {
-        self.apply_usage(quota, amount, false);
+        self.apply(Figure::Used, quota, amount, false);
     }
 
-    fn apply_usage(&mut self, quota: Option<QuotaId>, amount: &ResVec, add: bool) {
+    /// Records that a unit charged to `quota` holding `amount` is being
+    /// reclaimed (`add`), or no longer is.
+    pub(crate) fn mark_reclaiming(&mut self, quota: Option<QuotaId>, amount: &ResVec, add: bool) {
+        self.apply(Figure::Reclaiming, quota, amount, add);
+    }
+
+    /// Records that a guaranteed unit charged to `quota` asking for `amount`
+    /// waits for reclaimed resources (`add`), or no longer does.
+    pub(crate) fn mark_promised(&mut self, quota: Option<QuotaId>, amount: &ResVec, add: bool) {
+        self.apply(Figure::Promised, quota, amount, add);
+    }
+
+    fn apply(&mut self, figure: Figure, quota: Option<QuotaId>, amount: &ResVec, add: bool) {
         let change = |d: &mut Dense| {
             if add { d.add(amount) } else { d.sub(amount) }
         };
-        change(&mut self.root_used);
+        change(match figure {
+            Figure::Used => &mut self.root_used,
+            Figure::Reclaiming => &mut self.root_reclaiming,
+            Figure::Promised => &mut self.root_promised,
+        });
         let Some(q) = quota else {
             return;
         };
@@ -411,12 +478,145 @@ impl QuotaTree {
             Err(_) => vec![q],
         };
         if let Some(n) = self.nodes.get_mut(q.index()) {
-            change(&mut n.direct_used);
+            change(n.figure(figure).0);
         }
         for a in path {
             if let Some(n) = self.nodes.get_mut(a.index()) {
-                change(&mut n.used);
+                change(n.figure(figure).1);
             }
+        }
+    }
+
+    /// Part of the usage of `id`'s subtree held by units being reclaimed.
+    pub fn reclaiming(&self, id: QuotaId, resource: ResId) -> i64 {
+        self.node(id).map_or(0, |n| n.reclaiming.get(resource))
+    }
+
+    /// Usage of `id`'s subtree by units that are not being reclaimed: what
+    /// it keeps once the reclaims in flight are done.
+    pub fn kept(&self, id: QuotaId, resource: ResId) -> i64 {
+        self.node(id).map_or(0, |n| {
+            n.used
+                .get(resource)
+                .saturating_sub(n.reclaiming.get(resource))
+        })
+    }
+
+    /// Usage of `id`'s subtree once the reclaims in flight are done and the
+    /// guaranteed units waiting for them are released.
+    pub fn projected(&self, id: QuotaId, resource: ResId) -> i64 {
+        self.node(id).map_or(0, |n| {
+            n.used
+                .get(resource)
+                .saturating_sub(n.reclaiming.get(resource))
+                .saturating_add(n.promised.get(resource))
+        })
+    }
+
+    /// [`QuotaTree::kept`] for the whole cluster.
+    pub fn root_kept(&self, resource: ResId) -> i64 {
+        self.root_used
+            .get(resource)
+            .saturating_sub(self.root_reclaiming.get(resource))
+    }
+
+    /// [`QuotaTree::projected`] for the whole cluster.
+    pub fn root_projected(&self, resource: ResId) -> i64 {
+        self.root_used
+            .get(resource)
+            .saturating_sub(self.root_reclaiming.get(resource))
+            .saturating_add(self.root_promised.get(resource))
+    }
+
+    /// Whether a unit charged to `leaf` with `request` stays within the
+    /// leaf's effective min once the reclaims in flight are done and the
+    /// units waiting for them are released.
+    pub fn is_guaranteed_projected(&self, leaf: Option<QuotaId>, request: &ResVec) -> bool {
+        let Some(l) = leaf.filter(|l| self.is_defined(*l)) else {
+            return false;
+        };
+        let Some(node) = self.node(l) else {
+            return false;
+        };
+        has_min_for(node, request)
+            && request
+                .iter()
+                .filter(|(k, _)| governs(node, *k))
+                .all(|(k, r)| self.projected(l, k).saturating_add(r) <= self.min_effective(l, k))
+    }
+
+    /// Whether quota `id` would use less than its effective min of some
+    /// resource once the reclaims in flight are done: units judged to borrow
+    /// there may be guaranteed now.
+    pub fn has_room_under_min(&self, id: QuotaId) -> bool {
+        self.node(id).is_some_and(|n| {
+            n.min_eff.iter_set().any(|(k, min)| {
+                n.used
+                    .get(k)
+                    .saturating_sub(n.reclaiming.get(k))
+                    .saturating_add(n.promised.get(k))
+                    < min
+            })
+        })
+    }
+
+    /// Whether quota `id` governs `resource`: names it in its min or its
+    /// max. Usage of a resource a quota does not govern is neither
+    /// guaranteed nor borrowed there.
+    pub fn governs(&self, id: QuotaId, resource: ResId) -> bool {
+        self.node(id).is_some_and(|n| governs(n, resource))
+    }
+
+    /// Whether units are charged to quota `id` itself (not only to its
+    /// children).
+    pub fn has_direct_usage(&self, id: QuotaId) -> bool {
+        self.node(id)
+            .is_some_and(|n| n.direct_used.iter_set().next().is_some())
+    }
+
+    /// Number of guaranteed units waiting for reclaim whose shortage of
+    /// `resource` is at `scope` (the capacity when `None`).
+    pub fn waiters(&self, scope: Option<QuotaId>, resource: ResId) -> i64 {
+        match scope {
+            None => self.root_waiters.get(resource),
+            Some(q) => self.node(q).map_or(0, |n| n.waiters.get(resource)),
+        }
+    }
+
+    /// Whether any guaranteed unit waits for reclaim.
+    pub fn has_waiters(&self) -> bool {
+        self.total_waiters > 0
+    }
+
+    /// Adds `delta` to the waiters of `resource` at `scope`. Returns whether
+    /// the count dropped to zero (borrowing there may resume).
+    pub(crate) fn add_waiters(
+        &mut self,
+        scope: Option<QuotaId>,
+        resource: ResId,
+        delta: i64,
+    ) -> bool {
+        let slot = match scope {
+            None => &mut self.root_waiters,
+            Some(q) => match self.nodes.get_mut(q.index()) {
+                Some(n) => &mut n.waiters,
+                None => return false,
+            },
+        };
+        let before = slot.get(resource);
+        let after = before.saturating_add(delta).max(0);
+        slot.set(resource, after);
+        self.total_waiters = self.total_waiters.saturating_add(after - before).max(0);
+        before > 0 && after == 0
+    }
+
+    /// Room for borrowing at `scope` for `resource`: none while guaranteed
+    /// units wait for reclaim there, otherwise unlimited.
+    pub fn reclaim_headroom(&self, scope: Option<QuotaId>, resource: ResId) -> i64 {
+        if self.waiters(scope, resource) > 0 {
+            0
+        } else {
+            UNLIMITED
         }
     }
 
@@ -449,16 +649,20 @@ impl QuotaTree {
         for (n, path) in self.nodes.iter_mut().zip(paths) {
             n.path = path;
             n.used.clear();
+            n.reclaiming.clear();
+            n.promised.clear();
         }
         for index in 0..count {
-            let direct = self.nodes[index].direct_used.clone();
             let targets: Vec<QuotaId> = match &self.nodes[index].path {
                 Ok(p) => p.to_vec(),
                 Err(_) => vec![QuotaId::from_index(index)],
             };
-            for a in targets {
-                if let Some(n) = self.nodes.get_mut(a.index()) {
-                    n.used.add_dense(&direct);
+            for figure in [Figure::Used, Figure::Reclaiming, Figure::Promised] {
+                let direct = self.nodes[index].figure(figure).0.clone();
+                for a in &targets {
+                    if let Some(n) = self.nodes.get_mut(a.index()) {
+                        n.figure(figure).1.add_dense(&direct);
+                    }
                 }
             }
         }
@@ -561,4 +765,17 @@ pub struct QuotaFigures {
     pub max: koord_queue_api::Resources,
     /// Usage of the subtree.
     pub used: koord_queue_api::Resources,
+}
+
+/// Whether the quota guarantees any of what `request` asks for: a quota
+/// without a min for the requested resources guarantees nothing.
+fn has_min_for(node: &Node, request: &ResVec) -> bool {
+    request.iter().any(|(k, r)| r > 0 && node.min.get(k) > 0)
+}
+
+/// Whether a quota governs `resource` at all: a resource named in neither
+/// its min nor its max (e.g. the memory of a CPU-only quota) does not make
+/// a unit borrow there.
+fn governs(node: &Node, resource: ResId) -> bool {
+    node.min.get(resource) != 0 || node.max.get(resource) != UNLIMITED
 }

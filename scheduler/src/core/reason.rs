@@ -22,6 +22,10 @@ pub enum Blocker {
     Capacity(ResId),
     /// A namespace's ResourceQuota for one resource.
     Namespace(NsId, ResId),
+    /// Borrowing of one resource under a quota (the whole cluster when
+    /// `None`) while guaranteed units there wait for reclaimed resources.
+    /// Its room is 0 while they wait and unlimited afterwards.
+    Reclaim(Option<QuotaId>, ResId),
 }
 
 /// A unit does not fit under a limit: `used + requested > limit`.
@@ -73,6 +77,48 @@ pub enum WaitReason {
         /// How much of the resource the other quotas under the same parent use
         /// beyond their min: what a reclaim could take back for a guaranteed unit.
         borrowed_by_others: i64,
+    },
+    /// A guaranteed unit does not fit only because other quotas borrow
+    /// beyond their min; units of theirs are being reclaimed, and it is
+    /// released once they have freed what they hold.
+    Reclaiming {
+        /// The limit the unit does not fit under now, with its figures
+        /// (they still count the units being reclaimed).
+        shortfall: Shortfall,
+        /// Units reclaimed for it that have not freed their resources yet.
+        /// 0 when units reclaimed earlier (for others) free enough for it too.
+        victims: usize,
+    },
+    /// A guaranteed unit does not fit because other quotas borrow beyond
+    /// their min, but its queue does not reclaim.
+    ReclaimOff {
+        /// The limit the unit does not fit under, with its figures.
+        shortfall: Shortfall,
+        /// How much of the resource other quotas use beyond their min.
+        borrowed_by_others: i64,
+        /// The unit's queue.
+        queue: Arc<str>,
+    },
+    /// The unit would fit, but it borrows (takes its quota beyond its min,
+    /// or has no quota) and guaranteed units that share a limit with it
+    /// wait for reclaimed resources: borrowing is paused until they are
+    /// released, so that what is reclaimed for them is not borrowed again.
+    BorrowingPaused {
+        /// The unit's quota (`None`: the unit has no quota, so no min).
+        quota: Option<Arc<str>>,
+        /// The resource it borrows.
+        resource: Arc<str>,
+        /// Usage of its quota once the reclaims in flight are done.
+        used: i64,
+        /// Requested by the unit.
+        requested: i64,
+        /// The quota's effective min.
+        min: i64,
+        /// Where the guaranteed units wait: a quota, or `None` for the
+        /// cluster capacity.
+        scope: Option<Arc<str>>,
+        /// The pause, to wake the unit when it ends.
+        blocker: Blocker,
     },
     /// The cluster capacity would be exceeded.
     Capacity {
@@ -141,6 +187,10 @@ impl WaitReason {
     /// The limit that stops the unit and the amount the unit needs under it,
     /// when the reason is such a limit.
     pub fn blocker(&self) -> Option<(Blocker, i64)> {
+        if let Self::BorrowingPaused { blocker, .. } = self {
+            // The pause has room 0 while it lasts and unlimited room after.
+            return Some((*blocker, 1));
+        }
         self.shortfall().map(|s| (s.blocker, s.requested))
     }
 
@@ -149,8 +199,25 @@ impl WaitReason {
         match self {
             Self::QuotaMax { shortfall, .. }
             | Self::Capacity { shortfall, .. }
+            | Self::Reclaiming { shortfall, .. }
+            | Self::ReclaimOff { shortfall, .. }
             | Self::NamespaceQuota { shortfall, .. } => Some(shortfall),
             _ => None,
+        }
+    }
+
+    /// Whether the reason is a quota's max or the cluster capacity (the
+    /// limits a reclaim can make room under), as found by the filters.
+    pub fn is_quota_limit(&self) -> bool {
+        matches!(self, Self::QuotaMax { .. } | Self::Capacity { .. })
+    }
+
+    /// Whether the reason says the unit stays within its quota's min.
+    pub fn is_guaranteed(&self) -> bool {
+        match self {
+            Self::QuotaMax { guaranteed, .. } | Self::Capacity { guaranteed, .. } => *guaranteed,
+            Self::Reclaiming { .. } | Self::ReclaimOff { .. } => true,
+            _ => false,
         }
     }
 
@@ -168,8 +235,23 @@ impl WaitReason {
                 guaranteed,
                 borrowed_by_others,
             } => *guaranteed && *borrowed_by_others >= shortfall.missing(),
+            Self::ReclaimOff {
+                shortfall,
+                borrowed_by_others,
+                ..
+            } => *borrowed_by_others >= shortfall.missing(),
+            Self::Reclaiming { .. } => true,
             _ => false,
         }
+    }
+
+    /// The limit's figures as a prefix: `quota q: ` or `cluster capacity: `.
+    fn write_limit(f: &mut fmt::Formatter<'_>, shortfall: &Shortfall) -> fmt::Result {
+        match shortfall.blocker {
+            Blocker::Capacity(_) => f.write_str("cluster capacity: ")?,
+            _ => write!(f, "quota {}: ", shortfall.scope)?,
+        }
+        shortfall.write_figures(f)
     }
 
     fn write_borrowing(
@@ -210,6 +292,72 @@ impl fmt::Display for WaitReason {
                 f.write_str("cluster capacity: ")?;
                 shortfall.write_figures(f)?;
                 Self::write_borrowing(f, shortfall, *guaranteed, *borrowed_by_others)
+            }
+            Self::Reclaiming { shortfall, victims } => {
+                Self::write_limit(f, shortfall)?;
+                let r = &shortfall.resource;
+                match victims {
+                    0 => write!(
+                        f,
+                        " (within its guaranteed min; waiting for units already being reclaimed to free {r})"
+                    ),
+                    1 => write!(
+                        f,
+                        " (within its guaranteed min; waiting for 1 reclaimed unit to free {r})"
+                    ),
+                    n => write!(
+                        f,
+                        " (within its guaranteed min; waiting for {n} reclaimed units to free {r})"
+                    ),
+                }
+            }
+            Self::ReclaimOff {
+                shortfall,
+                borrowed_by_others,
+                queue,
+            } => {
+                Self::write_limit(f, shortfall)?;
+                let r = &shortfall.resource;
+                write!(
+                    f,
+                    " (within its guaranteed min; other quotas borrow {r} {} beyond their min, but reclaim is off for queue {queue})",
+                    format_amount(r, *borrowed_by_others)
+                )
+            }
+            Self::BorrowingPaused {
+                quota,
+                resource,
+                used,
+                requested,
+                min,
+                scope,
+                ..
+            } => {
+                let r = &**resource;
+                match quota {
+                    Some(q) => write!(
+                        f,
+                        "quota {q}: {r} {}/{} min used, needs {}: borrowing beyond the min is paused",
+                        format_amount(r, *used),
+                        format_amount(r, *min),
+                        format_amount(r, *requested)
+                    )?,
+                    None => write!(
+                        f,
+                        "no quota (nothing guaranteed), needs {r} {}: borrowing is paused",
+                        format_amount(r, *requested)
+                    )?,
+                }
+                match scope {
+                    Some(s) => write!(
+                        f,
+                        " while guaranteed units under quota {s} wait for reclaimed {r}"
+                    ),
+                    None => write!(
+                        f,
+                        " while guaranteed units wait for reclaimed {r} in the cluster"
+                    ),
+                }
             }
             Self::CapacityUnknown => f.write_str("cluster capacity not known yet"),
             Self::NamespaceQuota {

@@ -63,6 +63,7 @@ impl ClusterState {
             Blocker::QuotaMax(q, k) => self.quotas.max_headroom(q, k),
             Blocker::Capacity(k) => self.quotas.capacity_headroom(k),
             Blocker::Namespace(ns, k) => self.namespaces.headroom(ns, k),
+            Blocker::Reclaim(scope, k) => self.quotas.reclaim_headroom(scope, k),
         }
     }
 }

@@ -9,6 +9,17 @@ use super::ids::{Id, NsId, QueueId, QuotaId, UnitId};
 use super::plugin::{SortKey, UnitRef};
 use super::reason::WaitReason;
 
+/// When a unit started holding quota, to find the most recently released
+/// units first when reclaiming. The core has no clock: `ms` is the release
+/// time the controller reported (`lastAllocateTime`, after a restart), or
+/// the latest such time for units the core released or was told about
+/// without a time; `seq` orders releases with the same `ms` (it only grows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Stamp {
+    pub ms: i64,
+    pub seq: u64,
+}
+
 /// Where a unit stands.
 #[derive(Clone, Debug)]
 pub(crate) enum UnitState {
@@ -27,6 +38,8 @@ pub(crate) enum UnitState {
         amount: ResVec,
         /// Whether its pods exist (see [`UnitRef::started`]).
         started: bool,
+        /// When it was released.
+        since: Stamp,
     },
 }
 
@@ -77,6 +90,14 @@ impl UnitEntry {
     /// Whether the unit waits.
     pub fn is_waiting(&self) -> bool {
         matches!(self.state, UnitState::Waiting { .. })
+    }
+
+    /// What a holding unit holds and since when.
+    pub fn holding(&self) -> Option<(&ResVec, Stamp)> {
+        match &self.state {
+            UnitState::Holding { amount, since, .. } => Some((amount, *since)),
+            UnitState::Waiting { .. } => None,
+        }
     }
 }
 
@@ -130,5 +151,12 @@ impl Units {
 
     pub fn iter(&self) -> impl Iterator<Item = &UnitEntry> {
         self.slots.iter().filter_map(Option::as_ref)
+    }
+
+    pub fn iter_ids(&self) -> impl Iterator<Item = (UnitId, &UnitEntry)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((UnitId::from_index(i), s.as_ref()?)))
     }
 }

@@ -117,7 +117,9 @@ impl Core {
                 queue,
                 reason: reason.as_ref(),
             },
-            UnitState::Holding { amount, started } => UnitStatus::Holding {
+            UnitState::Holding {
+                amount, started, ..
+            } => UnitStatus::Holding {
                 queue,
                 resources: amount.to_resources(&self.state.resources),
                 started: *started,

@@ -6,6 +6,7 @@ mod ordering;
 mod plugins;
 mod property;
 mod quota;
+mod reclaim;
 
 use koord_queue_api::{QueuePolicy, Resources};
 

@@ -196,31 +196,34 @@ fn guaranteed_and_borrowing_units_are_told_apart() {
 }
 
 #[test]
-fn a_guaranteed_unit_waits_and_says_that_others_borrow() {
+fn a_guaranteed_unit_without_reclaim_waits_and_says_that_others_borrow() {
     let mut core = worked_example();
+    core.upsert_queue(&QueueDef::new("team-b").with_reclaim(false));
     for (i, name) in ["a1", "a2", "a3"].iter().enumerate() {
         core.upsert_unit(&unit("ns", name, "team-a", 3).created_at(i as i64))
             .unwrap();
     }
     core.run_cycle();
     core.upsert_unit(&unit("ns", "b1", "team-b", 4)).unwrap();
-    assert!(core.run_cycle().decisions.is_empty());
+    let out = core.run_cycle();
+    assert!(out.decisions.is_empty());
+    assert!(out.reclaims.is_empty());
     let reason = core.reason("ns/b1").unwrap();
     assert!(reason.is_due_to_borrowing(), "{reason:?}");
-    let WaitReason::Capacity {
-        guaranteed,
+    let WaitReason::ReclaimOff {
         borrowed_by_others,
         shortfall,
+        queue,
     } = reason
     else {
-        panic!("not a capacity reason: {reason:?}");
+        panic!("not a reclaim-off reason: {reason:?}");
     };
-    assert!(*guaranteed);
     assert_eq!(*borrowed_by_others, 5_000);
     assert_eq!(shortfall.missing(), 3_000);
+    assert_eq!(&**queue, "team-b");
     assert_eq!(
         reason.to_string(),
-        "cluster capacity: cpu 9/10 used, needs 4 (within its guaranteed min; other quotas borrow cpu 5 beyond their min)"
+        "cluster capacity: cpu 9/10 used, needs 4 (within its guaranteed min; other quotas borrow cpu 5 beyond their min, but reclaim is off for queue team-b)"
     );
 }
 
