@@ -55,6 +55,21 @@ async fn jobs_run_when_quota_allows_and_free_it_when_done() {
     create_quota(&client, "ex-b", Some("ex"), false, "6", "10", None)
         .await
         .unwrap();
+    // This is the example without its reclaim steps: B's queue does not reclaim.
+    let queues: Api<Queue> = Api::namespaced(client.clone(), keys::SYSTEM_NAMESPACE);
+    fixtures::eventually(Duration::from_secs(15), || async {
+        Ok(queues.get_opt("ex-b").await?.is_some())
+    })
+    .await
+    .unwrap();
+    queues
+        .patch(
+            "ex-b",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({ "spec": { "reclaim": false } })),
+        )
+        .await
+        .unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
     let monitor = UsageMonitor::start(
         client.clone(),
