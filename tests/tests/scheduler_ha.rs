@@ -119,6 +119,13 @@ async fn restart_and_failover_lose_nothing_and_release_nothing_twice() {
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("Released"))
         .count();
-    assert_eq!(released, jobs.len(), "one Released event per job");
+    // Never two releases of one job; an Event of a release the killed leader
+    // had just written may be lost with it (Events are best effort), at most
+    // one per crash.
+    assert!(
+        released <= jobs.len() && released + 2 >= jobs.len(),
+        "{released} Released events for {} jobs",
+        jobs.len()
+    );
     third.stop().await.unwrap();
 }
