@@ -94,6 +94,8 @@ pub(crate) struct Pass<'a> {
     pub reclaim_on: bool,
     /// The quota last recorded as watched for this queue (saves lookups).
     pub watched: Option<QuotaId>,
+    /// The running cycle's number (see `UnitEntry::reported`).
+    pub cycle_no: u32,
 }
 
 impl Core {
@@ -104,9 +106,8 @@ impl Core {
         self.reclaim.cycle_start = self.reclaim.next_seq();
         self.reclaim.made_room.clear();
         let mut order = mem::take(&mut self.order_buf);
-        let mut passes = 0;
+        self.cycle_no = self.cycle_no.wrapping_add(1).max(1);
         for _ in 0..MAX_PASSES {
-            passes += 1;
             self.reclaim_housekeeping();
             self.apply_relaxations();
             order.clear();
@@ -124,19 +125,8 @@ impl Core {
             }
         }
         self.order_buf = order;
+        self.list_made_room();
         self.drop_withdrawn(&mut out);
-        if passes > 1 {
-            // A unit judged in several passes is reported once, with its
-            // latest reason.
-            let mut seen = HashSet::new();
-            let mut latest: Vec<(Arc<str>, WaitReason)> = mem::take(&mut out.waiting)
-                .into_iter()
-                .rev()
-                .filter(|(k, _)| seen.insert(Arc::clone(k)))
-                .collect();
-            latest.reverse();
-            out.waiting = latest;
-        }
         self.flush_reasons(&mut out);
         out
     }
@@ -206,6 +196,7 @@ impl Core {
             epoch,
             reclaim,
             relaxed,
+            cycle_no,
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
@@ -247,6 +238,7 @@ impl Core {
             queue_name: Arc::clone(&entry.name),
             reclaim_on,
             watched: None,
+            cycle_no: *cycle_no,
         };
         let full = dirty != Dirty::Clean;
         match policy {
@@ -314,7 +306,20 @@ impl Pass<'_> {
             return;
         }
         if !e.reason_changed {
-            self.out.waiting.push((Arc::clone(&e.key), new.clone()));
+            // Reported once per cycle, with its latest reason (a unit may be
+            // judged again in a later pass of the cycle).
+            match usize::try_from(e.reported.1) {
+                Ok(i) if e.reported.0 == self.cycle_no && i < self.out.waiting.len() => {
+                    self.out.waiting[i].1 = new.clone();
+                }
+                _ => {
+                    e.reported = (
+                        self.cycle_no,
+                        u32::try_from(self.out.waiting.len()).unwrap_or(u32::MAX),
+                    );
+                    self.out.waiting.push((Arc::clone(&e.key), new.clone()));
+                }
+            }
         }
         *reason = Some(new);
     }
@@ -402,9 +407,15 @@ impl Pass<'_> {
             started: false,
             since,
         };
-        self.reclaim
-            .index
-            .insert(&self.state.quotas, VictimKey::of(u, id, since));
+        if self.reclaim.made_room.contains(&id) {
+            // Never taken back in this cycle: listed once it ends, so that
+            // picking does not read past it meanwhile.
+            self.reclaim.unlisted.push(id);
+        } else {
+            self.reclaim
+                .index
+                .insert(&self.state.quotas, VictimKey::of(u, id, since));
+        }
     }
 
     /// Records a blocked verdict: the unit's reason and the queue's limits.

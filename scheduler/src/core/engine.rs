@@ -78,6 +78,8 @@ pub struct Core {
     pub(crate) capacity_source: Option<CapacitySource>,
     /// Reused buffer for the queue order of a cycle.
     pub(crate) order_buf: Vec<QueueId>,
+    /// Number of the running (or last) cycle, from 1.
+    pub(crate) cycle_no: u32,
     /// Reclaim of borrowed quota.
     pub(crate) reclaim: ReclaimState,
 }
@@ -125,6 +127,7 @@ impl Core {
             changed: Vec::new(),
             capacity_source,
             order_buf: Vec::new(),
+            cycle_no: 0,
             reclaim: ReclaimState::default(),
         })
     }
@@ -352,6 +355,7 @@ impl Core {
                 },
                 dirty_in: None,
                 reason_changed: false,
+                reported: (0, 0),
             });
             self.enqueue(id);
             return Ok(());

@@ -55,6 +55,40 @@ id_type!(
     UnitId
 );
 
+/// A hasher for maps and sets keyed by ids: ids are small dense integers,
+/// so a multiplication spreads them well enough, far cheaper than SipHash
+/// (these maps are read in the cycle's inner loops). Not for untrusted keys.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// Builds [`IdHasher`]s.
+pub type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 /// Maps names to dense ids and back. Ids are never reused, so an id stays
 /// valid (and names the same string) for the life of the core.
 pub struct Interner<I> {

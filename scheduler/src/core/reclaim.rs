@@ -6,26 +6,30 @@
 //! the core picks *victims* among the units holding quota in those quotas —
 //! lowest priority first, then most recently released — taking a victim only
 //! while every quota between it and the shared limit is above its min, and
-//! only as many as make the unit fit. Units charged to no quota have no min:
-//! all they hold is borrowed, and they may be reclaimed for the capacity.
-//!
-//! Only resources a quota governs (names in its min or max) are guaranteed
-//! or borrowed there: a quota is "above its min" only for those, a quota
-//! that does not govern a resource is passed through when checking a
-//! victim's quotas, and a unit reclaims only for resources its own quota
-//! governs (a unit stopped by, say, memory its CPU-only quota does not
-//! guarantee just waits). The controller re-suspends the victims
+//! only as many as make the unit fit. The controller re-suspends the victims
 //! and reports them freed ([`Core::remove_unit`] or [`Core::free`]); until
 //! then they still count as used, and the guaranteed unit waits for them.
+//!
+//! Which usage is borrowed:
+//! - only resources a quota governs (names in its min or max) are
+//!   guaranteed or borrowed there: a quota is "above its min" only for
+//!   those, a quota that does not govern a resource is passed through when
+//!   checking a victim's quotas, and a unit reclaims only for resources its
+//!   own quota governs (a unit stopped by, say, memory its CPU-only quota
+//!   does not guarantee just waits);
+//! - units charged to no quota have no min: all they hold is borrowed, and
+//!   they may be reclaimed for the capacity.
 //!
 //! Book-keeping, all of it incremental:
 //! - the quota tree keeps, next to each quota's usage, the part held by
 //!   units being reclaimed and the requests of guaranteed units waiting for
 //!   them (*promised*), so that planning sees the state once the reclaims
 //!   in flight are done and never reclaims the same room twice;
-//! - a *holder index* per quota (and for the whole cluster) lists the units
-//!   holding quota under it in victim order, so that picking victims reads
-//!   only the first candidates;
+//! - a *holder index* lists, for every quota, the units holding quota in its
+//!   subtree (and, apart, the units of no quota) in victim order. Picking
+//!   merges the lists of the quotas beside the guaranteed unit's path, drops
+//!   a list whose quota is at its min and splits one whose child is, so it
+//!   reads little more than the victims it takes;
 //! - while a guaranteed unit waits for reclaimed resources, borrowing of
 //!   those resources under the quota where it is short (or anywhere, for the
 //!   capacity) is paused, so that what is reclaimed is not borrowed again.
@@ -33,7 +37,8 @@
 //!   stops are looked at again when it ends.
 //!
 //! A victim released earlier in the same cycle has not been written yet: it
-//! is taken back (its decision is withdrawn) instead of being reclaimed.
+//! is taken back (its decision is withdrawn, it waits in line again) instead
+//! of being reclaimed, and the guaranteed unit is usually released at once.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
@@ -45,7 +50,7 @@ use koord_queue_api::Resources;
 use super::amounts::{ResVec, UNLIMITED};
 use super::cycle::{Pass, Verdict};
 use super::engine::{Core, CoreError};
-use super::ids::{Id, QueueId, QuotaId, ResId, UnitId};
+use super::ids::{Id, IdHash, QueueId, QuotaId, ResId, UnitId};
 use super::plugins::elastic_quota;
 use super::quota_tree::QuotaTree;
 use super::reason::{Blocker, WaitReason};
@@ -192,7 +197,7 @@ impl HolderIndex {
         &mut self,
         units: &Units,
         tree: &QuotaTree,
-        victims: &HashMap<UnitId, Option<UnitId>>,
+        victims: &HashMap<UnitId, Option<UnitId>, IdHash>,
     ) {
         self.by_quota.clear();
         self.no_quota.clear();
@@ -230,16 +235,16 @@ pub(crate) struct ReclaimState {
     pub cycle_start: u64,
     pub index: HolderIndex,
     /// Units being reclaimed, with the unit waiting for them (if any still does).
-    pub victims: HashMap<UnitId, Option<UnitId>>,
+    pub victims: HashMap<UnitId, Option<UnitId>, IdHash>,
     /// Guaranteed units waiting for reclaimed resources.
-    pub plans: HashMap<UnitId, Plan>,
+    pub plans: HashMap<UnitId, Plan, IdHash>,
     /// Guaranteed units that no reclaim could make fit: tried again when
     /// borrowing may have grown (`stale`).
-    pub retry: HashSet<UnitId>,
+    pub retry: HashSet<UnitId, IdHash>,
     pub stale: bool,
     /// Queues with units judged to borrow, by their quota: when the quota
     /// gets room under its min again they may be guaranteed now.
-    pub watch: HashMap<QuotaId, HashSet<QueueId>>,
+    pub watch: HashMap<QuotaId, HashSet<QueueId, IdHash>, IdHash>,
     /// Quotas whose usage dropped (to check for room under their min).
     pub room_check: Vec<QuotaId>,
     /// Waiting units to look at again in the next pass.
@@ -251,7 +256,9 @@ pub(crate) struct ReclaimState {
     /// Units released in this cycle into room taken back for them: they are
     /// not taken back in turn (two units each holding what the other's
     /// guarantee needs would otherwise swap places pass after pass).
-    pub made_room: HashSet<UnitId>,
+    pub made_room: HashSet<UnitId, IdHash>,
+    /// Those of them that hold quota, not in the holder index yet.
+    pub unlisted: Vec<UnitId>,
 }
 
 impl ReclaimState {
@@ -666,14 +673,6 @@ impl Pass<'_> {
             }
             fronts.push(Source::NoQuota);
         }
-        let mut alive = vec![true; fronts.len()];
-        let mut heap: BinaryHeap<Reverse<(VictimKey, usize)>> = fronts
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| index.next(*f, None).map(|k| Reverse((k, i))))
-            .collect();
-        let own_queue = self.units.get(id).and_then(|u| u.queue);
-        let mut picks = Vec::new();
         let mut picked = Picked::default();
         // Quotas found at or below their min for everything still missing:
         // nothing under them is taken in this plan (picks only lower usage).
@@ -690,6 +689,19 @@ impl Pass<'_> {
                 .filter(|d| d.left > 0)
                 .all(|d| holds_back(x, d.resource, picked))
         };
+        // Parts of the frontier that cannot give anything are not read.
+        fronts.retain(|f| match f {
+            Source::Quota(c) => !cannot_give(deficits, *c, &picked),
+            Source::NoQuota => true,
+        });
+        let mut alive = vec![true; fronts.len()];
+        let mut heap: BinaryHeap<Reverse<(VictimKey, usize)>> = fronts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| index.next(*f, None).map(|k| Reverse((k, i))))
+            .collect();
+        let own_queue = self.units.get(id).and_then(|u| u.queue);
+        let mut picks = Vec::new();
         while let Some(Reverse((key, i))) = heap.pop() {
             if !alive[i] {
                 continue;
@@ -750,11 +762,9 @@ impl Pass<'_> {
             let Some((amount, since)) = v.holding() else {
                 continue;
             };
-            if since.seq >= self.reclaim.cycle_start
-                && (v.queue == own_queue || self.reclaim.made_room.contains(&key.id))
-            {
-                // Released by this cycle in the queue being served (it cannot
-                // be taken back from here), or into room taken back for it.
+            if since.seq >= self.reclaim.cycle_start && v.queue == own_queue {
+                // Released by this cycle in the queue being served: it
+                // cannot be taken back from here, and it is not written yet.
                 continue;
             }
             let covers = |d: &Deficit| match d.at {
@@ -1052,6 +1062,18 @@ impl Core {
         let ReclaimState { index, victims, .. } = &mut self.reclaim;
         index.rebuild(&self.units, &self.state.quotas, victims);
         self.reclaim.stale = true;
+    }
+
+    /// At the end of a cycle: the units released into room taken back for
+    /// them join the holder index.
+    pub(crate) fn list_made_room(&mut self) {
+        for id in std::mem::take(&mut self.reclaim.unlisted) {
+            if let Some(u) = self.units.get(id)
+                && !self.reclaim.victims.contains_key(&id)
+            {
+                self.reclaim.list(&self.state.quotas, id, u);
+            }
+        }
     }
 
     /// After a queue was served: units taken back from other queues go back

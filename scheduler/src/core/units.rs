@@ -58,6 +58,10 @@ pub(crate) struct UnitEntry {
     pub dirty_in: Option<QueueId>,
     /// Whether the unit is in the list of changed reasons.
     pub reason_changed: bool,
+    /// Where the running cycle reported the unit's reason: (cycle number,
+    /// index in the output), so that a later pass of the same cycle
+    /// replaces that entry instead of reporting the unit twice.
+    pub reported: (u32, u32),
 }
 
 impl UnitEntry {

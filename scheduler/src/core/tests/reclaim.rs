@@ -672,3 +672,55 @@ fn a_unit_that_becomes_guaranteed_after_a_small_release_reclaims() {
     let out = core.run_cycle();
     assert_eq!(reclaimed(&out), [("ns/b2", "ns/a2")]);
 }
+
+#[test]
+fn a_quota_at_its_min_protects_its_subtree_even_below_a_borrowing_parent() {
+    // Capacity 20.
+    // big (min 10) ─┬─ m1 (min 6) ─┬─ x (min 2): holds 4
+    //               │              └─ y (min 4): holds 2     (m1 at its min)
+    //               └─ m2 (min 4) ─── z (min 4): holds 6     (m2 above)
+    // team (min 10): holds 6.
+    let mut core = quota_core(20);
+    core.upsert_quota(&QuotaDef::new("big").parent_node().min("cpu", 10_000))
+        .unwrap();
+    for (m, min) in [("m1", 6), ("m2", 4)] {
+        core.upsert_quota(
+            &QuotaDef::new(m)
+                .under("big")
+                .parent_node()
+                .min("cpu", min * 1000),
+        )
+        .unwrap();
+    }
+    for (q, parent, min) in [
+        ("x", Some("m1"), 2),
+        ("y", Some("m1"), 4),
+        ("z", Some("m2"), 4),
+    ] {
+        let mut def = QuotaDef::new(q).min("cpu", min * 1000);
+        def.parent = parent.map(str::to_string);
+        leaf(&mut core, def, QueuePolicy::Priority);
+    }
+    leaf(
+        &mut core,
+        QuotaDef::new("team").min("cpu", 10_000),
+        QueuePolicy::Priority,
+    );
+    assert!(core.min_warnings().is_empty());
+    // x2 is released last: the most recent of all.
+    for (name, q, cpus) in [
+        ("t1", "team", 6),
+        ("x1", "x", 2),
+        ("y1", "y", 2),
+        ("z1", "z", 3),
+        ("z2", "z", 3),
+        ("x2", "x", 2),
+    ] {
+        core.upsert_unit(&unit("ns", name, q, cpus)).unwrap();
+        assert_eq!(released(&core.run_cycle()), [format!("ns/{name}")]);
+    }
+    // t2 (4, guaranteed in team) misses 2 of the capacity. x is above its
+    // min and so is big, but m1 is not: x2 stays; z2 (m2 above its min) goes.
+    core.upsert_unit(&unit("ns", "t2", "team", 4)).unwrap();
+    assert_eq!(reclaimed(&core.run_cycle()), [("ns/z2", "ns/t2")]);
+}
