@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod background;
+pub mod bench;
 pub mod control_plane;
 pub mod e2e;
 pub mod fixtures;

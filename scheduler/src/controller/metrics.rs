@@ -60,6 +60,10 @@ pub struct Metrics {
     pub write_errors: Family<WriteLabels, Counter>,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// API writes waiting for a slot.
+    pub write_backlog: Gauge,
+    /// Events dropped because too many were waiting.
+    pub events_dropped: Counter,
 }
 
 impl Metrics {
@@ -76,6 +80,8 @@ impl Metrics {
             attempts: Family::default(),
             write_errors: Family::default(),
             leader: Gauge::default(),
+            write_backlog: Gauge::default(),
+            events_dropped: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -127,6 +133,16 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
+        );
+        r.register(
+            "write_backlog",
+            "API writes waiting for a slot (releases and freeing phases go first)",
+            m.write_backlog.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Events on jobs not written because too many were waiting",
+            m.events_dropped.clone(),
         );
         m
     }

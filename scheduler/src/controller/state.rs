@@ -567,13 +567,19 @@ impl Controller {
     /// job, then (as leader) issues the lifecycle write the pair calls for.
     fn reconcile(&mut self, k: &Key) {
         let Some(st) = self.units.get(k) else { return };
-        if st.busy {
-            return;
-        }
         let job = self
             .jobs
             .get(&st.rec.job_key())
             .filter(|j| j.unit_name == st.rec.name);
+        if st.busy {
+            // Quota is freed the moment the job finishes, even while a write
+            // for its unit (say, its Running phase) is still queued; the
+            // Succeed/Failed write follows once that one is done.
+            if st.member == Membership::Holding && job.is_some_and(|j| finished(j.state)) {
+                self.set_membership(k, Membership::Absent);
+            }
+            return;
+        }
         tracing::trace!(unit = %k, phase = ?st.rec.phase, job = ?job.map(|j| (j.held, j.state)), "reconcile");
         let desired = desired_membership(&st.rec, job);
         self.set_membership(k, desired);
@@ -1670,7 +1676,12 @@ fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
             Some(j) if j.held && !j.deleting => Membership::Waiting,
             _ => Membership::Absent,
         },
-        Some(p) if p.holds_quota() => Membership::Holding,
+        // A finished job's pods are done: its quota is free even before the
+        // unit's Succeed/Failed phase is written.
+        Some(p) if p.holds_quota() => match job {
+            Some(j) if finished(j.state) => Membership::Absent,
+            _ => Membership::Holding,
+        },
         _ => Membership::Absent,
     }
 }

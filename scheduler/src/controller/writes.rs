@@ -2,8 +2,15 @@
 //! Every write first checks that this replica still leads: a replica that
 //! lost the Lease stops writing at once. Results return to the controller
 //! as [`Written`] so it can confirm or roll back its bookkeeping.
+//!
+//! Writes wait in lanes by urgency and a free slot always takes the most
+//! urgent one: a burst of new jobs (adoptions) or of position updates and
+//! Events must not delay releases and the phases that free quota, or the
+//! cluster idles while the API server works through bookkeeping. Events
+//! are best effort: beyond [`EVENT_BACKLOG`] waiting, new ones are dropped.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -17,7 +24,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 
 use super::metrics::Metrics;
 use super::records::{Key, hold_release_patches};
@@ -192,12 +199,64 @@ pub struct Written {
     pub outcome: Outcome,
 }
 
+/// How urgent a write is; lower is served first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// Releases, phases that free quota, holds, deletions, Queues.
+    Lifecycle = 0,
+    /// Adoptions: a new unit joins its queue.
+    Adoption = 1,
+    /// Positions, reasons and Queue status.
+    Visibility = 2,
+    /// Events on jobs (best effort, see [`EVENT_BACKLOG`]).
+    Events = 3,
+}
+
+const LANES: usize = 4;
+
+/// Events waiting at most; more are dropped (and counted), as client-go's
+/// event broadcaster does: Events are a courtesy to people, and an API
+/// server already behind must not be made to fall further behind for them.
+pub const EVENT_BACKLOG: usize = 1000;
+
+/// Writes waiting for a slot, one FIFO per lane.
+#[derive(Debug, Default)]
+struct Backlog {
+    lanes: [VecDeque<Write>; LANES],
+}
+
+impl Backlog {
+    /// Queues `write` in its lane; false when it is an Event and too many
+    /// are waiting already (it is dropped).
+    fn push(&mut self, write: Write) -> bool {
+        let lane = write.lane();
+        let queue = &mut self.lanes[lane as usize];
+        if lane == Lane::Events && queue.len() >= EVENT_BACKLOG {
+            return false;
+        }
+        queue.push_back(write);
+        true
+    }
+
+    fn pop(&mut self) -> Option<Write> {
+        self.lanes.iter_mut().find_map(VecDeque::pop_front)
+    }
+
+    fn len(&self) -> i64 {
+        self.lanes
+            .iter()
+            .map(|l| i64::try_from(l.len()).unwrap_or(i64::MAX))
+            .sum()
+    }
+}
+
 /// Runs writes.
 #[derive(Clone)]
 pub struct Writer {
     client: kube::Client,
     leader: Leadership,
-    slots: Arc<Semaphore>,
+    backlog: Arc<Mutex<Backlog>>,
+    ready: Arc<Notify>,
     done: mpsc::UnboundedSender<Written>,
     metrics: Metrics,
     identity: String,
@@ -228,7 +287,9 @@ fn outcome_of(error: kube::Error) -> Outcome {
 }
 
 impl Writer {
-    /// A writer sending results to `done`, at most `concurrency` writes at once.
+    /// A writer sending results to `done`, at most `concurrency` writes at
+    /// once (that many workers, which stop when `done` is closed). Must be
+    /// called on a tokio runtime.
     pub fn new(
         client: kube::Client,
         leader: Leadership,
@@ -238,28 +299,63 @@ impl Writer {
         identity: String,
         namespace: String,
     ) -> Self {
-        Self {
+        let this = Self {
             client,
             leader,
-            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            backlog: Arc::default(),
+            ready: Arc::new(Notify::new()),
             done,
             metrics,
             identity,
             namespace,
+        };
+        for _ in 0..concurrency.max(1) {
+            tokio::spawn(this.clone().work());
         }
+        this
     }
 
-    /// Starts `write`; its result arrives on the done channel.
+    /// Queues `write`; its result arrives on the done channel.
     pub fn submit(&self, write: Write) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            let outcome = match this.slots.clone().acquire_owned().await {
-                Ok(_permit) if this.leader.is_leader() => this.perform(&write).await,
-                Ok(_) => Outcome::NotLeader,
-                Err(_) => Outcome::Failed("writer closed".into()),
+        if let Ok(mut backlog) = self.backlog.lock() {
+            if !backlog.push(write) {
+                self.metrics.events_dropped.inc();
+                return;
+            }
+            self.metrics.write_backlog.set(backlog.len());
+        }
+        self.ready.notify_one();
+    }
+
+    fn next(&self) -> Option<Write> {
+        let mut backlog = self.backlog.lock().ok()?;
+        let write = backlog.pop();
+        self.metrics.write_backlog.set(backlog.len());
+        write
+    }
+
+    /// One slot: performs the most urgent waiting write, again and again,
+    /// until the controller is gone.
+    async fn work(self) {
+        loop {
+            let write = loop {
+                // Registered before looking, so a submit in between is not missed.
+                let ready = self.ready.notified();
+                if let Some(write) = self.next() {
+                    break write;
+                }
+                tokio::select! {
+                    () = ready => {}
+                    () = self.done.closed() => return,
+                }
+            };
+            let outcome = if self.leader.is_leader() {
+                self.perform(&write).await
+            } else {
+                Outcome::NotLeader
             };
             if let Outcome::Failed(error) = &outcome {
-                this.metrics
+                self.metrics
                     .write_errors
                     .get_or_create(&super::metrics::WriteLabels {
                         operation: write.operation(),
@@ -267,8 +363,10 @@ impl Writer {
                     .inc();
                 tracing::warn!(operation = write.operation(), %error, "write failed");
             }
-            let _ = this.done.send(Written { write, outcome });
-        });
+            if self.done.send(Written { write, outcome }).is_err() {
+                return;
+            }
+        }
     }
 
     fn units(&self, namespace: &str) -> Api<QueueUnit> {
@@ -551,6 +649,21 @@ impl Writer {
 }
 
 impl Write {
+    fn lane(&self) -> Lane {
+        match self {
+            Self::Adopt { .. } => Lane::Adoption,
+            Self::Visibility { .. } | Self::QueueStatus { .. } => Lane::Visibility,
+            Self::Event { .. } => Lane::Events,
+            Self::Release { .. }
+            | Self::Backoff { .. }
+            | Self::Phase { .. }
+            | Self::HoldJob { .. }
+            | Self::DeleteUnit { .. }
+            | Self::EnsureQueue { .. }
+            | Self::DeleteQueue { .. } => Lane::Lifecycle,
+        }
+    }
+
     /// Short name of the operation, for logs and metrics.
     pub fn operation(&self) -> &'static str {
         match self {
@@ -642,4 +755,79 @@ fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str
             }
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> JobRef {
+        JobRef {
+            adapter: koord_queue_api::jobs::all()[0],
+            namespace: "ns".into(),
+            name: "j".into(),
+            uid: "u".into(),
+        }
+    }
+
+    pub(super) fn event(note: &str) -> Write {
+        Write::Event {
+            job: job(),
+            warning: false,
+            reason: "Queued",
+            note: note.into(),
+        }
+    }
+
+    #[test]
+    fn the_most_urgent_lane_is_served_first_and_each_lane_in_order() {
+        let mut backlog = Backlog::default();
+        let writes = [
+            event("e1"),
+            Write::Visibility {
+                unit: "ns/v".into(),
+                position: Some(1),
+                message: String::new(),
+            },
+            Write::Adopt {
+                unit: "ns/a".into(),
+                job: job(),
+                message: String::new(),
+            },
+            Write::DeleteUnit {
+                unit: "ns/d1".into(),
+            },
+            event("e2"),
+            Write::DeleteUnit {
+                unit: "ns/d2".into(),
+            },
+        ];
+        for w in writes {
+            assert!(backlog.push(w));
+        }
+        assert_eq!(backlog.len(), 6);
+        let order: Vec<String> = std::iter::from_fn(|| backlog.pop())
+            .map(|w| match w {
+                Write::Event { note, .. } => note,
+                w => w.unit().map(ToString::to_string).unwrap_or_default(),
+            })
+            .collect();
+        assert_eq!(order, ["ns/d1", "ns/d2", "ns/a", "ns/v", "e1", "e2"]);
+        assert_eq!(backlog.len(), 0);
+    }
+
+    #[test]
+    fn events_beyond_the_backlog_are_dropped_other_writes_never() {
+        let mut backlog = Backlog::default();
+        for i in 0..EVENT_BACKLOG {
+            assert!(backlog.push(event(&i.to_string())));
+        }
+        assert!(!backlog.push(event("one too many")));
+        for i in 0..3 * EVENT_BACKLOG {
+            assert!(backlog.push(Write::DeleteUnit {
+                unit: format!("ns/{i}").into(),
+            }));
+        }
+        assert_eq!(backlog.len(), 4 * EVENT_BACKLOG as i64);
+    }
 }

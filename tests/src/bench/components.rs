@@ -1,0 +1,284 @@
+//! The webhook and the scheduler in this process, each on its own tokio
+//! runtime whose threads carry its name (so their CPU time can be told
+//! apart in `/proc/self/task`), each with a request-counting client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use koord_queue_api::{Queue, keys};
+use kube::api::Api;
+use tokio::runtime::Runtime;
+
+use super::api_stats::{self, ApiStats, Component};
+use super::shape::Shape;
+use crate::ControlPlane;
+use crate::kubeconfig::Credentials;
+
+/// Scheduler settings the benchmark exposes.
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    /// `--write-concurrency`.
+    pub write_concurrency: usize,
+    /// `--status-interval`.
+    pub status_interval: Duration,
+    /// `--job-events`.
+    pub job_events: bool,
+    /// `--cycle-batch`.
+    pub cycle_batch: Duration,
+    /// Root capacity in CPU; `None`: unlimited.
+    pub root_cpu: Option<u32>,
+}
+
+fn runtime(name: &str) -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        // Blocking threads stay, so their CPU time is still in /proc at the end.
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
+        .enable_all()
+        .build()
+        .with_context(|| format!("building the {name} runtime"))
+}
+
+/// The running components.
+pub struct Components {
+    webhook_rt: Option<Runtime>,
+    scheduler_rt: Option<Runtime>,
+    webhook: Option<koord_queue_webhook::Running>,
+    scheduler: Option<koord_queue_scheduler::Running>,
+    /// The scheduler's admin endpoint (`/metrics`).
+    pub scheduler_admin: SocketAddr,
+    /// The webhook's admin endpoint (`/metrics`).
+    pub webhook_admin: SocketAddr,
+}
+
+impl std::fmt::Debug for Components {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Components")
+            .field("scheduler_admin", &self.scheduler_admin)
+            .field("webhook_admin", &self.webhook_admin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Components {
+    /// Starts the webhook (registered with the API server) and the scheduler
+    /// (as the identity the webhook trusts) and waits until the scheduler
+    /// leads, is ready and has created a Queue for every leaf quota.
+    pub async fn start(
+        cp: &ControlPlane,
+        shape: &Shape,
+        options: &SchedulerOptions,
+        stats: Arc<ApiStats>,
+    ) -> Result<Self> {
+        let admin = cp.client().await?;
+
+        // Webhook.
+        let webhook_rt = runtime("kq-webhook")?;
+        let tls_dir = cp.dir().join("bench-webhook-tls");
+        crate::webhook::write_serving_cert(cp, &tls_dir)?;
+        let mut args = crate::webhook::test_args(&tls_dir);
+        args.cert_reload_interval = Duration::from_secs(10);
+        let kubeconfig = cp.kubeconfig().to_path_buf();
+        let webhook_stats = stats.clone();
+        let webhook = webhook_rt
+            .spawn(async move {
+                let client =
+                    api_stats::client(&kubeconfig, webhook_stats, Component::Webhook).await?;
+                koord_queue_webhook::start(args, client).await
+            })
+            .await
+            .context("the webhook start task failed")??;
+        wait_for("the webhook to be ready", Duration::from_secs(60), || {
+            webhook.readiness.check().is_ok()
+        })
+        .await?;
+        let url = format!("https://{}/mutate", webhook.listen_addr);
+        let config = crate::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
+        let probe_ns = crate::fixtures::create_namespace(&admin, true).await?;
+        crate::fixtures::register_mutating_webhook(&admin, &config, || {
+            crate::webhook::probe(&admin, &probe_ns)
+        })
+        .await?;
+
+        // Scheduler.
+        let scheduler_rt = runtime("kq-scheduler")?;
+        let cert = cp
+            .pki()
+            .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
+        let kubeconfig = cp.write_kubeconfig(
+            "bench-scheduler",
+            crate::webhook::SCHEDULER_USER,
+            &Credentials::Certificate {
+                cert_pem: cert.cert_pem,
+                key_pem: cert.key_pem,
+            },
+        )?;
+        let capacity = match options.root_cpu {
+            Some(cpu) => format!("{{cpu: \"{cpu}\"}}"),
+            None => "unlimited".to_string(),
+        };
+        let config_path = cp.dir().join("bench-scheduler-config.yaml");
+        std::fs::write(
+            &config_path,
+            format!(
+                "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: {capacity}\n"
+            ),
+        )?;
+        let mut args = {
+            use clap::Parser;
+            koord_queue_scheduler::Args::parse_from(["koord-queue-scheduler"])
+        };
+        args.config = Some(config_path);
+        args.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        args.lease_name = "bench-scheduler".into();
+        args.identity = Some("bench-scheduler-0".into());
+        args.write_concurrency = options.write_concurrency;
+        args.status_interval = options.status_interval;
+        args.job_events = options.job_events;
+        args.cycle_batch = options.cycle_batch;
+        let scheduler_stats = stats.clone();
+        let scheduler = scheduler_rt
+            .spawn(async move {
+                let client =
+                    api_stats::client(&kubeconfig, scheduler_stats, Component::Scheduler).await?;
+                koord_queue_scheduler::start(args, client).await
+            })
+            .await
+            .context("the scheduler start task failed")??;
+        wait_for(
+            "the scheduler to lead and be ready",
+            Duration::from_secs(60),
+            || scheduler.is_leader() && scheduler.readiness.check().is_ok(),
+        )
+        .await?;
+        let queues: Api<Queue> = Api::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let names: std::collections::HashSet<String> = queues
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|q| q.metadata.name)
+                .collect();
+            let missing = shape
+                .leaves
+                .iter()
+                .filter(|l| !names.contains(&l.name))
+                .count();
+            if missing == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the scheduler has not created the Queues of {missing} leaf quotas");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(Self {
+            scheduler_admin: scheduler.admin_addr,
+            webhook_admin: webhook.admin_addr,
+            webhook_rt: Some(webhook_rt),
+            scheduler_rt: Some(scheduler_rt),
+            webhook: Some(webhook),
+            scheduler: Some(scheduler),
+        })
+    }
+
+    /// Stops both gracefully (bounded), then their runtimes.
+    pub async fn stop(mut self) {
+        if let (Some(rt), Some(s)) = (&self.scheduler_rt, self.scheduler.take()) {
+            let _ = tokio::time::timeout(Duration::from_secs(15), rt.spawn(s.shutdown())).await;
+        }
+        if let (Some(rt), Some(w)) = (&self.webhook_rt, self.webhook.take()) {
+            let _ = tokio::time::timeout(Duration::from_secs(15), rt.spawn(w.shutdown())).await;
+        }
+        self.shutdown_runtimes();
+    }
+
+    fn shutdown_runtimes(&mut self) {
+        // Not dropped in place: dropping a runtime inside another one panics.
+        if let Some(rt) = self.scheduler_rt.take() {
+            rt.shutdown_background();
+        }
+        if let Some(rt) = self.webhook_rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Components {
+    fn drop(&mut self) {
+        // `Running` values hold tasks of the runtimes: drop them first.
+        self.scheduler.take();
+        self.webhook.take();
+        self.shutdown_runtimes();
+    }
+}
+
+/// Polls `ready` every 50 ms.
+pub async fn wait_for(what: &str, timeout: Duration, ready: impl Fn() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Reads a component's `/metrics` over plain HTTP.
+pub async fn scrape_admin(addr: SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .context("reading /metrics timed out")??;
+    Ok(response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or(response))
+}
+
+/// Sums the samples of metric `name` (exact name, any labels) in Prometheus text.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Samples of metric `name` by the value of label `label`.
+pub fn metric_by_label(text: &str, name: &str, label: &str) -> Vec<(String, f64)> {
+    let needle = format!("{label}=\"");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = series.split_once('{')?;
+            if metric != name {
+                return None;
+            }
+            let start = labels.find(&needle)? + needle.len();
+            let end = labels[start..].find('"')? + start;
+            Some((labels[start..end].to_string(), value.parse::<f64>().ok()?))
+        })
+        .collect()
+}

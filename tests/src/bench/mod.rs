@@ -1,0 +1,18 @@
+//! The end-to-end benchmark (`make bench-e2e`, design §9): Koord-Queue's
+//! webhook and scheduler against a real local control plane in Kueue's
+//! scheduler-performance baseline shape, and the API server floor of the
+//! same API work measured in the same run. See `docs/performance.md`.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod api_stats;
+pub mod checker;
+pub mod components;
+pub mod floor;
+pub mod output;
+pub mod phase;
+pub mod plot;
+pub mod proc_stats;
+pub mod quota;
+pub mod report;
+pub mod runner;
+pub mod shape;

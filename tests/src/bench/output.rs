@@ -1,0 +1,517 @@
+//! The benchmark's results: JSON, the printed report and the SVG plot.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::api_stats::{self, Component};
+use super::phase::{PhaseKind, PhaseResult};
+use super::plot::{self, Line, Panel};
+use super::report::{self, Distribution};
+use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
+
+/// Kueue's published baseline (test/performance/scheduler, averages of 5 CI
+/// runs in `default_rangespec.yaml`), same shape.
+pub fn kueue_reference() -> Value {
+    json!({
+        "source": "kubernetes-sigs/kueue test/performance/scheduler/default_rangespec.yaml (average of 5 CI trial runs, 15,000 workloads, minimalkueue on envtest)",
+        "wall_seconds": 351.1,
+        "throughput_jobs_per_s": 15000.0 / 351.1,
+        "cq_cpu_usage_percent": 58.7,
+        "mean_time_to_admission_s": { "small": 215.5, "medium": 76.8, "large": 6.7 },
+        "mean_time_to_admission_note": "the issue quotes 16.5 s for large (a later CI figure); the rangespec average is 6.7 s",
+        "kueue_process_mcpu": 396,
+        "kueue_process_max_rss_kib": 445012,
+    })
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+fn dist_json(d: &Distribution) -> Value {
+    json!({
+        "count": d.count, "mean_s": round(d.mean_s, 3), "p50_s": round(d.p50_s, 3),
+        "p95_s": round(d.p95_s, 3), "p99_s": round(d.p99_s, 3), "max_s": round(d.max_s, 3),
+    })
+}
+
+/// Quota violations of a phase: (per QueueUnits, per running jobs).
+///
+/// The QueueUnit check counts only what the API record holds beyond the
+/// CPU of jobs that had already finished: the scheduler frees a finished
+/// job's quota as soon as it sees the job complete and writes the unit's
+/// Succeed phase afterwards, so for a moment the record still shows CPU
+/// that nothing uses (reported apart as `queue_units_recorded`).
+pub fn violations(result: &PhaseResult) -> (usize, usize) {
+    (
+        result.unit_violations.1,
+        result
+            .running_usage
+            .as_ref()
+            .map_or(0, |u| u.violation_count),
+    )
+}
+
+/// The JSON summary of one phase.
+pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
+    let ttr: serde_json::Map<String, Value> = report::time_to_release(shape, &r.timelines)
+        .into_iter()
+        .map(|(class, last, first)| {
+            let mut v = dist_json(&last);
+            v["first_release_mean_s"] = json!(round(first.mean_s, 3));
+            (class.to_string(), v)
+        })
+        .collect();
+    let (unit_violations, job_violations) = violations(r);
+    let (usage_all, per_quota) = r
+        .unit_usage
+        .as_ref()
+        .map(|u| report::usage_percent(shape, &u.leaf_integrals(r.wall_seconds), r.wall_seconds))
+        .unwrap_or_default();
+    let (running_all, _) = r
+        .running_usage
+        .as_ref()
+        .map(|u| report::usage_percent(shape, &u.leaf_integrals(r.wall_seconds), r.wall_seconds))
+        .unwrap_or_default();
+    let per_quota: serde_json::Map<String, Value> = per_quota
+        .into_iter()
+        .zip(r.unit_usage.iter().flat_map(|u| u.leaf_peak.clone()))
+        .map(|((name, pct), peak)| {
+            (
+                name,
+                json!({ "usage_percent_of_min": round(pct, 1), "peak_cpu": peak as f64 / 1000.0 }),
+            )
+        })
+        .collect();
+    let group = |g: &str| r.cpu.by_thread_group.get(g).copied().unwrap_or(0.0);
+    let other = |g: &str| r.cpu.others.get(g).copied().unwrap_or(0.0);
+    let mut by_client: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+    for ((component, verb, resource), stat) in &r.client_requests {
+        by_client
+            .entry(component.name().to_string())
+            .or_default()
+            .insert(
+                format!("{verb} {resource}"),
+                json!({
+                    "count": stat.count, "errors": stat.errors,
+                    "mean_ms": round(1000.0 * stat.total_seconds / stat.count.max(1) as f64, 2),
+                    "max_ms": round(1000.0 * stat.max_seconds, 1),
+                }),
+            );
+    }
+    let totals: serde_json::Map<String, Value> = [
+        Component::Scheduler,
+        Component::Webhook,
+        Component::Creator,
+        Component::Runner,
+        Component::NullScheduler,
+        Component::Admin,
+    ]
+    .iter()
+    .map(|c| {
+        (
+            c.name().to_string(),
+            json!(api_stats::total_of(&r.client_requests, *c)),
+        )
+    })
+    .filter(|(_, v)| v.as_u64() != Some(0))
+    .collect();
+    let server: serde_json::Map<String, Value> = r
+        .server_requests
+        .by_kind
+        .iter()
+        .map(|((verb, resource), v)| (format!("{verb} {resource}"), json!(*v as u64)))
+        .collect();
+    let n = r.jobs.max(1) as f64;
+    let own = api_stats::total_of(&r.client_requests, Component::Creator)
+        + api_stats::total_of(&r.client_requests, Component::Runner);
+    let suspensions: usize = r.timelines.iter().map(|j| j.suspensions.len()).sum();
+    json!({
+        "jobs": r.jobs,
+        "wall_seconds": round(r.wall_seconds, 2),
+        "creation_seconds": round(r.creation_seconds, 2),
+        "throughput_jobs_per_s": round(r.throughput(), 2),
+        "pending_period": report::pending_period(&r.timelines),
+        "time_to_release": ttr,
+        "quota_violations": unit_violations + job_violations,
+        "quota_violations_by_check": {
+            "queue_units": unit_violations,
+            "queue_units_recorded": r.unit_usage.as_ref().map_or(0, |u| u.violation_count),
+            "running_jobs": job_violations,
+        },
+        "quota_violation_examples": {
+            "queue_units": r.unit_violations.0.iter().take(10).collect::<Vec<_>>(),
+            "running_jobs": r.running_usage.iter().flat_map(|u| u.violations.iter().take(10)).collect::<Vec<_>>(),
+        },
+        "cpu_usage_percent_of_min": round(usage_all, 1),
+        "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
+        "peak_root_cpu": r.unit_usage.as_ref().map(|u| u.root_peak as f64 / 1000.0),
+        "per_quota": per_quota,
+        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions },
+        "unit_phase_entries": r.phase_entries,
+        "resources": {
+            "process_cpu_seconds": round(r.cpu.process_seconds, 2),
+            "scheduler_cpu_seconds": round(group("scheduler"), 2),
+            "webhook_cpu_seconds": round(group("webhook"), 2),
+            "runner_cpu_seconds": round(group("runner"), 2),
+            "process_peak_rss_mib": r.peak_rss_kib.map(|k| round(mib(k), 1)),
+            "kube_apiserver_cpu_seconds": round(other("kube-apiserver"), 2),
+            "etcd_cpu_seconds": round(other("etcd"), 2),
+            "kube_apiserver_peak_rss_mib": r.server_rss_kib.get("kube-apiserver").map(|k| round(mib(*k), 1)),
+            "etcd_peak_rss_mib": r.server_rss_kib.get("etcd").map(|k| round(mib(*k), 1)),
+        },
+        "api_requests": {
+            "apiserver_total": r.server_requests.total() as u64,
+            "apiserver_per_job": round(r.server_requests.total() / n, 2),
+            "benchmark_own_total": own,
+            "by_client_total": totals,
+            "by_client": by_client,
+            "apiserver_by_kind": server,
+        },
+        "scheduler_metrics": r.scheduler_metrics,
+        "webhook_metrics": r.webhook_metrics,
+        "runtime_write_errors": r.runtime_errors.0,
+        "runtime_last_error": r.runtime_errors.1,
+        "load_average_at_start": r.load_before,
+    })
+}
+
+/// The whole result.
+pub fn result_json(
+    shape: &Shape,
+    command: &str,
+    settings: Value,
+    results: &[PhaseResult],
+) -> Value {
+    let find = |k: PhaseKind| results.iter().find(|r| r.kind == k);
+    let run = find(PhaseKind::Run);
+    let saturated = find(PhaseKind::Saturated);
+    let floor = find(PhaseKind::Floor);
+    let floor_ratio = match (saturated, floor) {
+        (Some(s), Some(f)) if f.throughput() > 0.0 => {
+            Some(round(s.throughput() / f.throughput(), 3))
+        }
+        _ => None,
+    };
+    let phases: serde_json::Map<String, Value> = results
+        .iter()
+        .map(|r| (r.kind.name().to_string(), phase_json(shape, r)))
+        .collect();
+    let headline = run.map(|r| phase_json(shape, r)).unwrap_or(Value::Null);
+    let classes: Vec<Value> = CLASSES
+        .iter()
+        .zip(shape.class_counts())
+        .map(|(c, n)| {
+            json!({ "name": c.name, "jobs": n, "interval_ms": c.interval.as_millis() as u64,
+                    "runtime_ms": c.runtime.as_millis() as u64, "priority": c.priority, "cpu": c.cpu })
+        })
+        .collect();
+    json!({
+        "benchmark": "koord-queue end-to-end, Kueue scheduler-performance baseline shape",
+        "command": command,
+        "settings": settings,
+        "shape": {
+            "scale": shape.scale,
+            "jobs": shape.jobs.len(),
+            "leaf_quotas": shape.leaves.len(),
+            "parent_quotas": shape.parents.len(),
+            "leaf_min_cpu": LEAF_MIN_CPU,
+            "leaf_max_cpu": LEAF_MAX_CPU,
+            "parent_min_max_cpu": shape.parents.first().map(|p| p.cpu),
+            "root_capacity_cpu": shape.root_cpu,
+            "reclaim": true,
+            "classes": classes,
+        },
+        "jobs": shape.jobs.len(),
+        "wall_seconds": headline["wall_seconds"],
+        "throughput_jobs_per_s": headline["throughput_jobs_per_s"],
+        "saturated_throughput_jobs_per_s": saturated.map(|s| round(s.throughput(), 2)),
+        "floor_throughput_jobs_per_s": floor.map(|f| round(f.throughput(), 2)),
+        "floor_ratio": floor_ratio,
+        "floor_ratio_definition": "saturated_throughput / floor_throughput: both create the same jobs as fast as the API allows and do the same API writes per job (copied from the saturated run's client counts); the floor has no webhook and no scheduling logic",
+        "time_to_release": headline["time_to_release"],
+        "quota_violations": results.iter().filter(|r| r.kind == PhaseKind::Run).map(|r| { let (a, b) = violations(r); a + b }).sum::<usize>(),
+        "cpu_usage_percent_of_min": headline["cpu_usage_percent_of_min"],
+        "cpu_usage_percent_of_min_running_jobs": headline["cpu_usage_percent_of_min_running_jobs"],
+        "resources": headline["resources"],
+        "api_requests": headline["api_requests"],
+        "phases": phases,
+        "kueue_reference": kueue_reference(),
+    })
+}
+
+/// The plot: per class, jobs pending / running / finished over time in the
+/// baseline run; the root's held CPU; the saturated run against the floor.
+pub fn svg(shape: &Shape, results: &[PhaseResult], subtitle: &str) -> String {
+    let x_max = results
+        .iter()
+        .map(|r| r.wall_seconds)
+        .fold(1.0f64, f64::max);
+    let mut panels = Vec::new();
+    if let Some(run) = results.iter().find(|r| r.kind == PhaseKind::Run) {
+        for (c, class) in CLASSES.iter().enumerate() {
+            let s = report::series(shape, &run.timelines, Some(c), run.wall_seconds, 600);
+            let pick = |f: fn(&report::Counts) -> i64| -> Vec<(f64, f64)> {
+                s.iter().map(|(t, k)| (*t, f(k) as f64)).collect()
+            };
+            panels.push(Panel {
+                title: format!(
+                    "{} jobs ({} CPU, priority {}, every {} ms per queue, run {} ms)",
+                    class.name,
+                    class.cpu,
+                    class.priority,
+                    class.interval.as_millis(),
+                    class.runtime.as_millis()
+                ),
+                y_label: "jobs".into(),
+                lines: vec![
+                    Line {
+                        label: "pending".into(),
+                        color: "#d62728",
+                        points: pick(|k| k.pending),
+                        dashed: false,
+                    },
+                    Line {
+                        label: "released".into(),
+                        color: "#1f77b4",
+                        points: pick(|k| k.running),
+                        dashed: false,
+                    },
+                    Line {
+                        label: "finished".into(),
+                        color: "#2ca02c",
+                        points: pick(|k| k.finished),
+                        dashed: false,
+                    },
+                ],
+            });
+        }
+        let step = |usage: &super::quota::Usage| {
+            // Step line of the root's CPU.
+            let mut points = Vec::new();
+            let mut last = 0.0;
+            for (t, v) in &usage.root_timeline {
+                points.push((*t, last));
+                last = *v as f64 / 1000.0;
+                points.push((*t, last));
+            }
+            points.push((run.wall_seconds, last));
+            thin(points, 4000)
+        };
+        let mut lines = Vec::new();
+        if let Some(usage) = &run.unit_usage {
+            lines.push(Line {
+                label: "held (units)".into(),
+                color: "#9467bd",
+                points: step(usage),
+                dashed: false,
+            });
+        }
+        if let Some(usage) = &run.running_usage {
+            lines.push(Line {
+                label: "running jobs".into(),
+                color: "#ff7f0e",
+                points: step(usage),
+                dashed: false,
+            });
+        }
+        if !lines.is_empty() {
+            lines.push(Line {
+                label: "capacity".into(),
+                color: "#555",
+                points: vec![
+                    (0.0, f64::from(shape.root_cpu)),
+                    (run.wall_seconds, f64::from(shape.root_cpu)),
+                ],
+                dashed: true,
+            });
+            panels.push(Panel {
+                title: "CPU at the root: held per QueueUnit status / used by running (released, unfinished) jobs".into(),
+                y_label: "CPU".into(),
+                lines,
+            });
+        }
+    }
+    let mut lines = Vec::new();
+    for (kind, label, color) in [
+        (PhaseKind::Saturated, "koord-queue", "#1f77b4"),
+        (PhaseKind::Floor, "floor", "#555"),
+    ] {
+        if let Some(r) = results.iter().find(|r| r.kind == kind) {
+            let s = report::series(shape, &r.timelines, None, r.wall_seconds, 400);
+            lines.push(Line {
+                label: format!("{label} ({:.0}/s)", r.throughput()),
+                color,
+                points: s.iter().map(|(t, k)| (*t, k.finished as f64)).collect(),
+                dashed: kind == PhaseKind::Floor,
+            });
+        }
+    }
+    if !lines.is_empty() {
+        panels.push(Panel {
+            title: "Jobs finished: saturated run vs the API server floor (same API work per job)"
+                .into(),
+            y_label: "jobs".into(),
+            lines,
+        });
+    }
+    plot::render(
+        &format!(
+            "koord-queue end-to-end benchmark, {} jobs",
+            shape.jobs.len()
+        ),
+        subtitle,
+        &panels,
+        x_max,
+    )
+}
+
+/// Keeps at most about `max` points (every k-th).
+fn thin(points: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
+    if points.len() <= max {
+        return points;
+    }
+    let step = points.len().div_ceil(max);
+    let last = points.last().copied();
+    let mut out: Vec<(f64, f64)> = points.into_iter().step_by(step).collect();
+    out.extend(last);
+    out
+}
+
+/// The printed report.
+pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
+    let mut out = String::new();
+    let f = |v: &Value| v.as_f64().map_or("-".to_string(), |v| format!("{v:.2}"));
+    let _ = writeln!(
+        out,
+        "\n=== koord-queue end-to-end benchmark: {} jobs, {} leaf quotas in {} parents, root {} CPU ===",
+        shape.jobs.len(),
+        shape.leaves.len(),
+        shape.parents.len(),
+        shape.root_cpu
+    );
+    for r in results {
+        let p = &json["phases"][r.kind.name()];
+        let _ = writeln!(
+            out,
+            "\n[{}] wall {} s, {} jobs/s (jobs created over {} s), load at start {:?}",
+            r.kind.name(),
+            f(&p["wall_seconds"]),
+            f(&p["throughput_jobs_per_s"]),
+            f(&p["creation_seconds"]),
+            r.load_before.unwrap_or_default()
+        );
+        if r.kind == PhaseKind::Run {
+            let _ = writeln!(
+                out,
+                "  time from create to release (s):   mean      p50      p95      p99      max   (first release mean)"
+            );
+            for class in CLASSES {
+                let d = &p["time_to_release"][class.name];
+                let _ = writeln!(
+                    out,
+                    "    {:<8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}   ({})",
+                    class.name,
+                    d["count"],
+                    f(&d["mean_s"]),
+                    f(&d["p50_s"]),
+                    f(&d["p95_s"]),
+                    f(&d["p99_s"]),
+                    f(&d["max_s"]),
+                    f(&d["first_release_mean_s"])
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  CPU usage (time-averaged, % of the leaves' min): held per QueueUnits {} %, used by running jobs {} %; peak held at root {} CPU",
+                f(&p["cpu_usage_percent_of_min"]),
+                f(&p["cpu_usage_percent_of_min_running_jobs"]),
+                f(&p["peak_root_cpu"])
+            );
+            let per: Vec<f64> = p["per_quota"]
+                .as_object()
+                .map(|m| {
+                    m.values()
+                        .filter_map(|v| v["usage_percent_of_min"].as_f64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !per.is_empty() {
+                let min = per.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = per.iter().copied().fold(0.0, f64::max);
+                let _ = writeln!(
+                    out,
+                    "  per-leaf usage: min {min:.1} %, max {max:.1} % (each leaf's share in the JSON)"
+                );
+            }
+            let v = &p["quota_violations_by_check"];
+            let _ = writeln!(
+                out,
+                "  quota violations: {} (running-job check {}; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {}",
+                p["quota_violations"],
+                v["running_jobs"],
+                v["queue_units"],
+                v["queue_units_recorded"],
+                p["reclaims"]["units_entered_timeout_backoff"]
+            );
+            let pp = &p["pending_period"];
+            let _ = writeln!(
+                out,
+                "  releases while jobs were pending: {} in {} s = {} /s",
+                pp["releases"],
+                f(&pp["pending_seconds"]),
+                f(&pp["releases_per_s"])
+            );
+        }
+        let res = &p["resources"];
+        let _ = writeln!(
+            out,
+            "  CPU seconds: scheduler {}  webhook {}  runner {}  (process {}, peak RSS {} MiB)   kube-apiserver {}  etcd {}",
+            f(&res["scheduler_cpu_seconds"]),
+            f(&res["webhook_cpu_seconds"]),
+            f(&res["runner_cpu_seconds"]),
+            f(&res["process_cpu_seconds"]),
+            f(&res["process_peak_rss_mib"]),
+            f(&res["kube_apiserver_cpu_seconds"]),
+            f(&res["etcd_cpu_seconds"])
+        );
+        let api = &p["api_requests"];
+        let _ = writeln!(
+            out,
+            "  API requests: apiserver {} ({} per job); by client {}",
+            api["apiserver_total"],
+            f(&api["apiserver_per_job"]),
+            api["by_client_total"]
+        );
+    }
+    let _ = writeln!(out, "\n=== summary ===");
+    let _ = writeln!(
+        out,
+        "  wall {} s, throughput {} jobs/s (Kueue baseline: 351.1 s, 42.7 jobs/s)",
+        f(&json["wall_seconds"]),
+        f(&json["throughput_jobs_per_s"])
+    );
+    let _ = writeln!(
+        out,
+        "  mean time to release: small {} s, medium {} s, large {} s (Kueue: 215.5 / 76.8 / 6.7 s)",
+        f(&json["time_to_release"]["small"]["mean_s"]),
+        f(&json["time_to_release"]["medium"]["mean_s"]),
+        f(&json["time_to_release"]["large"]["mean_s"])
+    );
+    let _ = writeln!(
+        out,
+        "  floor: saturated {} jobs/s vs null scheduler {} jobs/s: ratio {} (target >= 0.90)",
+        f(&json["saturated_throughput_jobs_per_s"]),
+        f(&json["floor_throughput_jobs_per_s"]),
+        f(&json["floor_ratio"])
+    );
+    let _ = writeln!(out, "  quota violations: {}", json["quota_violations"]);
+    out
+}

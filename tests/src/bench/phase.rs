@@ -1,0 +1,523 @@
+//! One phase of the benchmark on a fresh tier 1 control plane:
+//!
+//! - `run`: Kueue's baseline — paced arrivals, class runtimes, the quota
+//!   tree with its real limits, the webhook and the scheduler;
+//! - `saturated`: the same jobs created as fast as the API allows, completed
+//!   at once, under quotas that never bind — the scheduler's throughput;
+//! - `floor`: the same API work done by a null scheduler (no webhook, no
+//!   scheduling logic) — what the API server allows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_queue_api::keys;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+use super::api_stats::{self, ApiStats, Component, RequestKey, RequestStat, ServerRequests};
+use super::checker::Checker;
+use super::components::{self, Components, SchedulerOptions};
+use super::floor::{self, FloorClients, FloorWrites};
+use super::proc_stats::{self, CpuSnapshot, CpuUsage};
+use super::quota::{Usage, Violation};
+use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
+use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
+use crate::kubeconfig::Credentials;
+use crate::{ControlPlane, Tier, e2e, fixtures};
+
+/// The three phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhaseKind {
+    /// Kueue's baseline shape.
+    Run,
+    /// Saturated, non-binding quotas, zero runtime.
+    Saturated,
+    /// The null scheduler.
+    Floor,
+}
+
+impl PhaseKind {
+    /// Name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Saturated => "saturated",
+            Self::Floor => "floor",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name.trim() {
+            "run" => Self::Run,
+            "saturated" => Self::Saturated,
+            "floor" => Self::Floor,
+            other => bail!("unknown phase {other:?} (run, saturated, floor)"),
+        })
+    }
+}
+
+/// Settings of a phase.
+#[derive(Clone, Debug)]
+pub struct PhaseConfig {
+    /// Which phase.
+    pub kind: PhaseKind,
+    /// Scheduler settings (the root capacity is set per phase).
+    pub scheduler: SchedulerOptions,
+    /// Job runtime settings (class runtimes are set per phase).
+    pub runtime: RuntimeOptions,
+    /// Job creates in flight at most (saturated and floor).
+    pub create_concurrency: usize,
+    /// The floor's writes (floor only).
+    pub floor_writes: Option<FloorWrites>,
+    /// The phase fails when the jobs have not all finished by then.
+    pub timeout: Duration,
+}
+
+/// A metric of the scheduler's or the webhook's `/metrics`.
+pub type Metrics = BTreeMap<String, f64>;
+
+/// What a phase measured.
+#[derive(Debug)]
+pub struct PhaseResult {
+    /// Which phase.
+    pub kind: PhaseKind,
+    /// Jobs.
+    pub jobs: usize,
+    /// From the first create to the last job finished and its quota freed.
+    pub wall_seconds: f64,
+    /// From the first to the last create request.
+    pub creation_seconds: f64,
+    /// Each job's timeline.
+    pub timelines: Vec<JobTimeline>,
+    /// Held quota per the QueueUnits.
+    pub unit_usage: Option<Usage>,
+    /// The QueueUnit check's violations with the CPU still held for
+    /// finished jobs, and the number that exceed the max even without it.
+    pub unit_violations: (Vec<Violation>, usize),
+    /// CPU of the jobs that actually ran.
+    pub running_usage: Option<Usage>,
+    /// Entries of units into each phase.
+    pub phase_entries: BTreeMap<String, usize>,
+    /// CPU time.
+    pub cpu: CpuUsage,
+    /// Peak RSS of this process during the phase, KiB.
+    pub peak_rss_kib: Option<u64>,
+    /// Peak RSS of the API server and etcd, KiB.
+    pub server_rss_kib: BTreeMap<String, u64>,
+    /// Requests by client.
+    pub client_requests: BTreeMap<RequestKey, RequestStat>,
+    /// Requests the API server counted.
+    pub server_requests: ServerRequests,
+    /// Selected scheduler metrics.
+    pub scheduler_metrics: Metrics,
+    /// Selected webhook metrics.
+    pub webhook_metrics: Metrics,
+    /// Failed job status writes of the runtime, and the last error.
+    pub runtime_errors: (u64, Option<String>),
+    /// Load average when the phase started.
+    pub load_before: Option<[f64; 3]>,
+}
+
+impl PhaseResult {
+    /// Jobs per second over the wall time.
+    pub fn throughput(&self) -> f64 {
+        if self.wall_seconds > 0.0 {
+            self.jobs as f64 / self.wall_seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The floor's writes copied from this (saturated) run's client counts.
+    pub fn writes_for_floor(&self) -> FloorWrites {
+        let c = &self.client_requests;
+        let s = Component::Scheduler;
+        FloorWrites {
+            unit_creates: api_stats::count_of(c, Component::Webhook, "create", "queueunits"),
+            unit_patches: api_stats::count_of(c, s, "patch", "queueunits"),
+            unit_status_patches: api_stats::count_of(c, s, "patch", "queueunits/status"),
+            job_patches: api_stats::count_of(c, s, "patch", "jobs"),
+            event_creates: api_stats::count_of(c, s, "create", "events"),
+        }
+    }
+}
+
+async fn create_ignoring_conflict<K>(api: &Api<K>, object: &K) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates the PriorityClasses, the creators' RBAC, the quota tree and the
+/// namespaces.
+async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Result<()> {
+    fixtures::apply_koord_queue_crds(admin).await?;
+    fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
+    let classes: Api<PriorityClass> = Api::all(admin.clone());
+    for class in &CLASSES {
+        let pc: PriorityClass = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": { "name": class.name }, "value": class.priority,
+            "description": "koord-queue benchmark class",
+        }))?;
+        create_ignoring_conflict(&classes, &pc).await?;
+    }
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": { "name": "bench-jobs" },
+        "rules": [{ "apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list"] }],
+    }))?;
+    create_ignoring_conflict(&Api::all(admin.clone()), &role).await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": { "name": "bench-user-jobs" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-jobs" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": BENCH_USER }],
+    }))?;
+    create_ignoring_conflict(&Api::all(admin.clone()), &binding).await?;
+
+    if kind != PhaseKind::Floor {
+        // Saturated: the same tree, limits that never bind.
+        let unbound = "1000000";
+        for parent in &shape.parents {
+            let cpu = parent.cpu.to_string();
+            let max = if kind == PhaseKind::Run {
+                cpu.as_str()
+            } else {
+                unbound
+            };
+            e2e::create_quota(admin, &parent.name, None, true, &cpu, max, None).await?;
+        }
+        let (min, max) = (LEAF_MIN_CPU.to_string(), LEAF_MAX_CPU.to_string());
+        for leaf in &shape.leaves {
+            let max = if kind == PhaseKind::Run {
+                max.as_str()
+            } else {
+                unbound
+            };
+            let parent = &shape.parents[leaf.parent].name;
+            e2e::create_quota(admin, &leaf.name, Some(parent), false, &min, max, None).await?;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for leaf in &shape.leaves {
+        let labels = if kind == PhaseKind::Floor {
+            json!({})
+        } else {
+            json!({ keys::ENABLED_NAMESPACE_LABEL: "true" })
+        };
+        let ns: Namespace = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": { "name": leaf.namespace, "labels": labels },
+        }))?;
+        create_ignoring_conflict(&namespaces, &ns).await?;
+    }
+    Ok(())
+}
+
+/// The ordinary user that creates the jobs.
+pub const BENCH_USER: &str = "bench-user";
+
+fn selected(text: &str, names: &[&str]) -> Metrics {
+    let mut out = Metrics::new();
+    for name in names {
+        out.insert((*name).to_string(), components::metric_sum(text, name));
+    }
+    out
+}
+
+fn labelled(out: &mut Metrics, text: &str, name: &str, label: &str) {
+    for (value, v) in components::metric_by_label(text, name, label) {
+        *out.entry(format!("{name}{{{label}={value}}}")).or_default() += v;
+    }
+}
+
+/// Runs one phase on a fresh control plane.
+pub async fn run(
+    shape: Arc<Shape>,
+    config: &PhaseConfig,
+    stats: Arc<ApiStats>,
+) -> Result<PhaseResult> {
+    let kind = config.kind;
+    let name = kind.name();
+    eprintln!("[{name}] starting a tier 1 control plane");
+    let cp = ControlPlane::start(Tier::One).await?;
+    let admin_path = cp.kubeconfig().to_path_buf();
+    let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
+    prepare(&admin, &shape, kind).await?;
+
+    let mut scheduler_options = config.scheduler.clone();
+    scheduler_options.root_cpu = (kind == PhaseKind::Run).then_some(shape.root_cpu);
+    let components = if kind == PhaseKind::Floor {
+        None
+    } else {
+        eprintln!("[{name}] starting the webhook and the scheduler");
+        Some(Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?)
+    };
+
+    let user = cp.pki().client_cert(BENCH_USER, &[])?;
+    let user_path = cp.write_kubeconfig(
+        "bench-user",
+        BENCH_USER,
+        &Credentials::Certificate {
+            cert_pem: user.cert_pem,
+            key_pem: user.key_pem,
+        },
+    )?;
+    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
+    let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
+    let floor_clients = if kind == PhaseKind::Floor {
+        let cert = cp
+            .pki()
+            .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
+        let path = cp.write_kubeconfig(
+            "bench-null-scheduler",
+            crate::webhook::SCHEDULER_USER,
+            &Credentials::Certificate {
+                cert_pem: cert.cert_pem,
+                key_pem: cert.key_pem,
+            },
+        )?;
+        let null_scheduler =
+            api_stats::client(&path, stats.clone(), Component::NullScheduler).await?;
+        Some(FloorClients {
+            creator: creator.clone(),
+            unit_creator: null_scheduler.clone(),
+            null_scheduler,
+        })
+    } else {
+        None
+    };
+
+    // The measured window starts here.
+    let others: Vec<(String, u32)> = ["etcd", "kube-apiserver"]
+        .iter()
+        .zip(cp.pids())
+        .map(|(n, p)| ((*n).to_string(), *p))
+        .collect();
+    let load_before = proc_stats::load_average();
+    eprintln!(
+        "[{name}] {} jobs; load average {:?}",
+        shape.jobs.len(),
+        load_before.unwrap_or_default()
+    );
+    let ticks = proc_stats::clock_ticks();
+    let server_before = ServerRequests::scrape(&admin).await?;
+    stats.reset();
+    proc_stats::reset_peak_rss();
+    let cpu_before = CpuSnapshot::take(&others);
+
+    let mut runtime = config.runtime.clone();
+    runtime.class_runtimes = kind == PhaseKind::Run;
+    let runner = Runner::start(
+        shape.clone(),
+        runner_client.clone(),
+        runtime,
+        kind == PhaseKind::Run,
+    );
+    let checker = Checker::start(
+        shape.clone(),
+        runner_client.clone(),
+        runner.t0(),
+        kind == PhaseKind::Run,
+        Some(runner.clone()),
+    );
+    let generation = {
+        let (shape, runner) = (shape.clone(), runner.clone());
+        let concurrency = config.create_concurrency;
+        match kind {
+            PhaseKind::Run => tokio::spawn(runner::create_paced(shape, runner, creator, false)),
+            PhaseKind::Saturated => tokio::spawn(runner::create_saturated(
+                shape,
+                runner,
+                creator,
+                concurrency,
+                false,
+            )),
+            PhaseKind::Floor => {
+                let writes = config
+                    .floor_writes
+                    .clone()
+                    .unwrap_or_else(|| FloorWrites::default_for(shape.jobs.len()));
+                let clients = floor_clients.context("floor clients")?;
+                let write_concurrency = config.scheduler.write_concurrency;
+                tokio::spawn(async move {
+                    floor::run(
+                        shape,
+                        runner,
+                        clients,
+                        writes,
+                        concurrency,
+                        write_concurrency,
+                    )
+                    .await
+                })
+            }
+        }
+    };
+    let mut generation = Some(generation);
+    let mut generation_done_at = None;
+    let n = shape.jobs.len();
+    let started = Instant::now();
+    let mut last_progress = Instant::now();
+    loop {
+        if let Some(task) = &generation
+            && task.is_finished()
+        {
+            if let Some(task) = generation.take() {
+                task.await.context("the job creation task failed")??;
+            }
+            generation_done_at = Some(runner.now());
+        }
+        let finished = runner.finished();
+        let succeeded = checker.succeeded();
+        let units_done = kind == PhaseKind::Floor || succeeded >= n;
+        if generation.is_none() && finished >= n && units_done {
+            break;
+        }
+        if last_progress.elapsed() >= Duration::from_secs(10) {
+            last_progress = Instant::now();
+            let timelines = runner.timelines();
+            let created = timelines.iter().filter(|j| j.created.is_some()).count();
+            let released = timelines.iter().filter(|j| !j.releases.is_empty()).count();
+            eprintln!(
+                "[{name}] {:>6.1}s created {created}/{n} released {released} finished {finished} units succeeded {succeeded}",
+                runner.now()
+            );
+        }
+        if started.elapsed() > config.timeout {
+            let (errors, last) = runner.write_errors();
+            bail!(
+                "[{name}] not every job finished within {:?}: finished {finished}/{n}, units succeeded {succeeded}/{n}, job creation {}; runtime write errors {errors} (last: {last:?})",
+                config.timeout,
+                if generation.is_none() {
+                    "done"
+                } else {
+                    "running"
+                }
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let cpu_after = CpuSnapshot::take(&others);
+    let peak_rss_kib = proc_stats::status_kib("self", "VmHWM");
+    let client_requests = stats.snapshot();
+    let server_after = ServerRequests::scrape(&admin).await?;
+    let timelines = runner.timelines();
+    let last_finish = timelines
+        .iter()
+        .filter_map(|j| j.finished)
+        .fold(0.0f64, f64::max);
+    let last_succeed = checker.last_succeeded_at();
+    let wall_seconds = last_finish
+        .max(last_succeed)
+        .max(generation_done_at.unwrap_or(0.0));
+    let creation_seconds = timelines
+        .iter()
+        .filter_map(|j| j.created)
+        .fold(0.0f64, f64::max);
+
+    let mut scheduler_metrics = Metrics::new();
+    let mut webhook_metrics = Metrics::new();
+    if let Some(c) = &components {
+        if let Ok(text) = components::scrape_admin(c.scheduler_admin).await {
+            scheduler_metrics = selected(
+                &text,
+                &[
+                    "koord_queue_scheduler_cycle_duration_seconds_count",
+                    "koord_queue_scheduler_cycle_duration_seconds_sum",
+                    "koord_queue_scheduler_dequeue_latency_seconds_count",
+                    "koord_queue_scheduler_dequeue_latency_seconds_sum",
+                ],
+            );
+            labelled(
+                &mut scheduler_metrics,
+                &text,
+                "koord_queue_scheduler_api_write_errors_total",
+                "operation",
+            );
+            labelled(
+                &mut scheduler_metrics,
+                &text,
+                "koord_queue_scheduler_admission_attempts_total",
+                "result",
+            );
+        }
+        if let Ok(text) = components::scrape_admin(c.webhook_admin).await {
+            webhook_metrics = selected(
+                &text,
+                &[
+                    "koord_queue_webhook_review_duration_seconds_count",
+                    "koord_queue_webhook_review_duration_seconds_sum",
+                ],
+            );
+            labelled(
+                &mut webhook_metrics,
+                &text,
+                "koord_queue_webhook_reviews_total",
+                "verdict",
+            );
+            labelled(
+                &mut webhook_metrics,
+                &text,
+                "koord_queue_webhook_queue_unit_create_errors_total",
+                "reason",
+            );
+        }
+    }
+    let server_rss_kib = others
+        .iter()
+        .filter_map(|(n, pid)| {
+            Some((
+                n.clone(),
+                proc_stats::status_kib(&pid.to_string(), "VmHWM")?,
+            ))
+        })
+        .collect();
+
+    let result = PhaseResult {
+        kind,
+        jobs: n,
+        wall_seconds,
+        creation_seconds,
+        unit_usage: checker.usage(),
+        unit_violations: checker.violation_examples(),
+        running_usage: runner.running_usage(),
+        phase_entries: checker.phase_entries(),
+        cpu: proc_stats::usage(&cpu_before, &cpu_after, ticks),
+        peak_rss_kib,
+        server_rss_kib,
+        client_requests,
+        server_requests: server_after.since(&server_before),
+        scheduler_metrics,
+        webhook_metrics,
+        runtime_errors: runner.write_errors(),
+        load_before,
+        timelines,
+    };
+    runner.stop();
+    checker.stop();
+    if let Some(c) = components {
+        c.stop().await;
+    }
+    cp.stop().await;
+    drop(cp);
+    eprintln!(
+        "[{name}] done: {n} jobs in {:.1}s ({:.1} jobs/s)",
+        result.wall_seconds,
+        result.throughput()
+    );
+    Ok(result)
+}

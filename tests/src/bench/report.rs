@@ -1,0 +1,258 @@
+//! Statistics of a phase: time to release per class, throughput, quota
+//! usage, and the pending / running / finished series of the plot.
+
+use serde::Serialize;
+
+use super::runner::JobTimeline;
+use super::shape::{CLASSES, LEAF_MIN_CPU, Shape};
+
+/// Distribution of a duration, seconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Distribution {
+    /// Samples.
+    pub count: usize,
+    /// Mean.
+    pub mean_s: f64,
+    /// Median.
+    pub p50_s: f64,
+    /// 95th percentile.
+    pub p95_s: f64,
+    /// 99th percentile.
+    pub p99_s: f64,
+    /// Largest.
+    pub max_s: f64,
+}
+
+/// Nearest-rank percentile of sorted samples.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Distribution {
+    /// Of `samples`.
+    pub fn of(mut samples: Vec<f64>) -> Self {
+        samples.sort_by(f64::total_cmp);
+        if samples.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: samples.len(),
+            mean_s: samples.iter().sum::<f64>() / samples.len() as f64,
+            p50_s: percentile(&samples, 0.50),
+            p95_s: percentile(&samples, 0.95),
+            p99_s: percentile(&samples, 0.99),
+            max_s: samples.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Time from the create request to the (last) release, per class, and
+/// the same to the first release.
+pub fn time_to_release(
+    shape: &Shape,
+    jobs: &[JobTimeline],
+) -> Vec<(&'static str, Distribution, Distribution)> {
+    CLASSES
+        .iter()
+        .enumerate()
+        .map(|(c, class)| {
+            let mut last = Vec::new();
+            let mut first = Vec::new();
+            for (i, j) in jobs.iter().enumerate() {
+                if shape.jobs[i].class != c {
+                    continue;
+                }
+                if let (Some(created), Some(l), Some(f)) =
+                    (j.created, j.releases.last(), j.releases.first())
+                {
+                    last.push(l - created);
+                    first.push(f - created);
+                }
+            }
+            (class.name, Distribution::of(last), Distribution::of(first))
+        })
+        .collect()
+}
+
+/// One sample of the plot's series.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    /// Created, not running, not finished.
+    pub pending: i64,
+    /// Released and not finished or suspended.
+    pub running: i64,
+    /// Finished.
+    pub finished: i64,
+}
+
+/// Pending / running / finished jobs of class `class` (`None`: all) at
+/// `samples` evenly spaced times over `[0, end]`.
+pub fn series(
+    shape: &Shape,
+    jobs: &[JobTimeline],
+    class: Option<usize>,
+    end: f64,
+    samples: usize,
+) -> Vec<(f64, Counts)> {
+    // (time, d_pending, d_running, d_finished)
+    let mut deltas: Vec<(f64, i64, i64, i64)> = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        if class.is_some_and(|c| shape.jobs[i].class != c) {
+            continue;
+        }
+        let Some(created) = j.created else { continue };
+        deltas.push((created, 1, 0, 0));
+        for r in &j.releases {
+            deltas.push((*r, -1, 1, 0));
+        }
+        for s in &j.suspensions {
+            deltas.push((*s, 1, -1, 0));
+        }
+        if let Some(f) = j.finished {
+            let running = j.releases.len() > j.suspensions.len();
+            if running {
+                deltas.push((f, 0, -1, 1));
+            } else {
+                deltas.push((f, -1, 0, 1));
+            }
+        }
+    }
+    deltas.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let samples = samples.max(2);
+    let mut out = Vec::with_capacity(samples);
+    let mut now = Counts::default();
+    let mut k = 0;
+    for s in 0..samples {
+        let t = end * s as f64 / (samples - 1) as f64;
+        while k < deltas.len() && deltas[k].0 <= t {
+            now.pending += deltas[k].1;
+            now.running += deltas[k].2;
+            now.finished += deltas[k].3;
+            k += 1;
+        }
+        out.push((t, now));
+    }
+    out
+}
+
+/// Releases per second while at least one job was pending (created, not
+/// released): how fast the system released work whenever there was work
+/// to release.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PendingPeriod {
+    /// Seconds during which some job was pending.
+    pub pending_seconds: f64,
+    /// Releases within those seconds.
+    pub releases: usize,
+    /// Their rate.
+    pub releases_per_s: f64,
+}
+
+/// The pending-period release rate of `jobs`.
+pub fn pending_period(jobs: &[JobTimeline]) -> PendingPeriod {
+    let mut deltas: Vec<(f64, i64, usize)> = Vec::new();
+    for j in jobs {
+        let Some(created) = j.created else { continue };
+        deltas.push((created, 1, 0));
+        for r in &j.releases {
+            deltas.push((*r, -1, 1));
+        }
+        for s in &j.suspensions {
+            deltas.push((*s, 1, 0));
+        }
+        if let Some(f) = j.finished
+            && j.releases.len() <= j.suspensions.len()
+        {
+            deltas.push((f, -1, 0));
+        }
+    }
+    deltas.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut pending, mut since, mut seconds, mut releases) = (0i64, 0.0, 0.0, 0usize);
+    for (t, d, r) in deltas {
+        if pending > 0 {
+            seconds += t - since;
+            releases += r;
+        }
+        pending += d;
+        since = t;
+    }
+    PendingPeriod {
+        pending_seconds: seconds,
+        releases,
+        releases_per_s: if seconds > 0.0 {
+            releases as f64 / seconds
+        } else {
+            0.0
+        },
+    }
+}
+
+/// CPU usage per leaf as Kueue reports it: time-averaged held CPU over the
+/// monitoring period as a percentage of the leaf's guaranteed (nominal) CPU;
+/// and the same over all leaves.
+pub fn usage_percent(shape: &Shape, integrals: &[f64], seconds: f64) -> (f64, Vec<(String, f64)>) {
+    if seconds <= 0.0 {
+        return (0.0, Vec::new());
+    }
+    let nominal = f64::from(LEAF_MIN_CPU) * 1000.0 * seconds;
+    let per_leaf: Vec<(String, f64)> = shape
+        .leaves
+        .iter()
+        .zip(integrals)
+        .map(|(l, i)| (l.name.clone(), 100.0 * i / nominal))
+        .collect();
+    let all = 100.0 * integrals.iter().sum::<f64>() / (nominal * shape.leaves.len() as f64);
+    (all, per_leaf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeline(
+        created: f64,
+        releases: &[f64],
+        suspensions: &[f64],
+        finished: Option<f64>,
+    ) -> JobTimeline {
+        let mut t = JobTimeline::default();
+        t.created = Some(created);
+        t.releases = releases.to_vec();
+        t.suspensions = suspensions.to_vec();
+        t.finished = finished;
+        t
+    }
+
+    #[test]
+    fn distributions() {
+        let d = Distribution::of((1..=100).map(f64::from).collect());
+        assert_eq!(d.p50_s, 50.0);
+        assert_eq!(d.p95_s, 95.0);
+        assert_eq!(d.p99_s, 99.0);
+        assert_eq!(d.max_s, 100.0);
+        assert!((d.mean_s - 50.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn series_and_pending_period() -> anyhow::Result<()> {
+        let shape = Shape::new("t", 30, 30, 5)?;
+        let mut jobs = vec![JobTimeline::default(); 30];
+        jobs[0] = timeline(0.0, &[1.0], &[], Some(2.0));
+        jobs[1] = timeline(0.5, &[1.5, 4.0], &[3.0], Some(5.0));
+        let s = series(&shape, &jobs, None, 6.0, 7);
+        let at = |t: usize| (s[t].1.pending, s[t].1.running, s[t].1.finished);
+        assert_eq!(at(1), (1, 1, 0));
+        assert_eq!(at(2), (0, 1, 1));
+        assert_eq!(at(3), (1, 0, 1));
+        assert_eq!(at(6), (0, 0, 2));
+        let p = pending_period(&jobs);
+        // Pending during [0, 1.5) and [3, 4): 2.5 s, 3 releases within.
+        assert!((p.pending_seconds - 2.5).abs() < 1e-9);
+        assert_eq!(p.releases, 3);
+        Ok(())
+    }
+}

@@ -1,0 +1,446 @@
+//! The job runtime of a tier 1 control plane (no controller manager, no
+//! nodes), as Kueue's scheduler-performance runner plays it: it watches the
+//! benchmark's Jobs, and when one is released (unsuspended) it marks it
+//! running (`startTime`, `active: 1`, `ready: 1`), and after its class's
+//! runtime complete (`SuccessCriteriaMet` + `Complete`, `completionTime`,
+//! `succeeded: 1`). A job suspended again (reclaimed) loses its pods
+//! (`active: 0`, `startTime` cleared, as the job controller does) and its
+//! pending completion. It also records when each job was created, released
+//! and finished, and checks the CPU of the jobs that actually run against
+//! every quota's max.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::quota::{Limits, Usage};
+use super::shape::{CLASS_LABEL, CLASSES, Shape};
+
+/// How the runtime behaves.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Mark a released job running before completing it.
+    pub mark_running: bool,
+    /// Run each job for its class's runtime (`false`: complete at once).
+    pub class_runtimes: bool,
+    /// Job status writes in flight at most.
+    pub write_concurrency: usize,
+}
+
+/// What happened to one job (seconds since the start of the phase).
+#[derive(Clone, Debug, Default)]
+pub struct JobTimeline {
+    /// The create request was sent.
+    pub created: Option<f64>,
+    /// Each time the job was seen released.
+    pub releases: Vec<f64>,
+    /// Each time it was seen suspended again after a release.
+    pub suspensions: Vec<f64>,
+    /// Seen complete.
+    pub finished: Option<f64>,
+    /// The completion was sent (the job's pods are done from then on).
+    pub completion_sent: Option<f64>,
+    released_now: bool,
+    generation: u64,
+}
+
+struct State {
+    jobs: Vec<JobTimeline>,
+    running: Usage,
+}
+
+/// The job runtime and recorder.
+pub struct Runner {
+    shape: Arc<Shape>,
+    t0: Instant,
+    client: kube::Client,
+    options: RuntimeOptions,
+    state: Mutex<State>,
+    writes: Semaphore,
+    finished: AtomicUsize,
+    write_errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    watch: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner").finish_non_exhaustive()
+    }
+}
+
+fn now_time() -> Value {
+    // Whole seconds, as the API server stores them: completionTime is then
+    // never before startTime.
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let secs = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    serde_json::to_value(Time(secs)).unwrap_or(Value::Null)
+}
+
+fn condition(type_: &str, reason: &str) -> Value {
+    json!({
+        "type": type_, "status": "True", "reason": reason,
+        "message": "marked by the koord-queue benchmark runtime",
+        "lastProbeTime": now_time(), "lastTransitionTime": now_time(),
+    })
+}
+
+impl Runner {
+    /// Starts watching the benchmark's Jobs with `client` (admin); times are
+    /// measured from now. `check` enables the quota check of running jobs.
+    pub fn start(
+        shape: Arc<Shape>,
+        client: kube::Client,
+        options: RuntimeOptions,
+        check: bool,
+    ) -> Arc<Self> {
+        let limits = check.then(|| Limits::of(&shape));
+        let runner = Arc::new(Self {
+            state: Mutex::new(State {
+                jobs: vec![JobTimeline::default(); shape.jobs.len()],
+                running: Usage::new(&shape, limits),
+            }),
+            shape,
+            t0: Instant::now(),
+            client,
+            writes: Semaphore::new(options.write_concurrency.max(1)),
+            options,
+            finished: AtomicUsize::new(0),
+            write_errors: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            watch: Mutex::new(None),
+        });
+        let this = runner.clone();
+        let task = tokio::spawn(async move { this.watch_jobs().await });
+        if let Ok(mut watch) = runner.watch.lock() {
+            *watch = Some(task);
+        }
+        runner
+    }
+
+    /// Stops the watch.
+    pub fn stop(&self) {
+        if let Ok(mut watch) = self.watch.lock()
+            && let Some(task) = watch.take()
+        {
+            task.abort();
+        }
+    }
+
+    /// The start of the phase.
+    pub fn t0(&self) -> Instant {
+        self.t0
+    }
+
+    /// Seconds since the start of the phase.
+    pub fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Jobs seen complete.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::Relaxed)
+    }
+
+    /// Failed job status writes (after retries) and the last error.
+    pub fn write_errors(&self) -> (u64, Option<String>) {
+        (
+            self.write_errors.load(Ordering::Relaxed),
+            self.last_error.lock().ok().and_then(|e| e.clone()),
+        )
+    }
+
+    /// Records that job `i`'s create request is being sent.
+    pub fn mark_created(&self, i: usize) {
+        let t = self.now();
+        if let Ok(mut st) = self.state.lock()
+            && let Some(job) = st.jobs.get_mut(i)
+        {
+            job.created.get_or_insert(t);
+        }
+    }
+
+    /// Every job's timeline.
+    pub fn timelines(&self) -> Vec<JobTimeline> {
+        self.state
+            .lock()
+            .map(|s| s.jobs.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether each job's completion has been sent (or seen): from then on
+    /// its pods are done, whenever the API and the scheduler catch up.
+    pub fn finished_jobs(&self) -> Vec<bool> {
+        self.state
+            .lock()
+            .map(|s| {
+                s.jobs
+                    .iter()
+                    .map(|j| j.finished.is_some() || j.completion_sent.is_some())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The running-jobs quota accounting.
+    pub fn running_usage(&self) -> Option<Usage> {
+        self.state.lock().ok().map(|s| s.running.clone())
+    }
+
+    async fn watch_jobs(self: Arc<Self>) {
+        let api: Api<Job> = Api::all(self.client.clone());
+        let config = watcher::Config::default().labels(CLASS_LABEL);
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => {
+                    self.on_job(&job)
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(error) => tracing::warn!(%error, "job watch"),
+            }
+        }
+    }
+
+    fn on_job(self: &Arc<Self>, job: &Job) {
+        let (Some(ns), Some(name)) = (
+            job.metadata.namespace.as_deref(),
+            job.metadata.name.as_deref(),
+        ) else {
+            return;
+        };
+        let Some(i) = self.shape.job_index(ns, name) else {
+            return;
+        };
+        let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let status = job.status.as_ref();
+        let complete = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            });
+        let t = self.now();
+        let planned = &self.shape.jobs[i];
+        let cpu = i64::from(CLASSES[planned.class].cpu) * 1000;
+        let leaf = planned.leaf;
+        let object = format!("{ns}/{name}");
+        let Ok(mut guard) = self.state.lock() else {
+            return;
+        };
+        let st = &mut *guard;
+        let timeline = &mut st.jobs[i];
+        if complete {
+            if timeline.finished.is_none() {
+                timeline.finished = Some(t);
+                timeline.generation += 1;
+                if timeline.released_now {
+                    timeline.released_now = false;
+                    st.running.change(leaf, -cpu, t, &object);
+                }
+                self.finished.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        if !suspended && !timeline.released_now {
+            timeline.released_now = true;
+            timeline.releases.push(t);
+            timeline.generation += 1;
+            let generation = timeline.generation;
+            st.running.change(leaf, cpu, t, &object);
+            drop(guard);
+            let this = self.clone();
+            tokio::spawn(async move { this.run_job(i, generation).await });
+        } else if suspended && timeline.released_now {
+            timeline.released_now = false;
+            timeline.suspensions.push(t);
+            timeline.generation += 1;
+            let generation = timeline.generation;
+            st.running.change(leaf, -cpu, t, &object);
+            drop(guard);
+            let this = self.clone();
+            tokio::spawn(async move {
+                // The job controller deletes the pods of a suspended job.
+                let patch = json!({ "status": { "startTime": null, "active": 0, "ready": 0 } });
+                this.patch_status(i, &patch, generation).await;
+            });
+        }
+    }
+
+    async fn run_job(self: Arc<Self>, i: usize, generation: u64) {
+        let runtime = if self.options.class_runtimes {
+            CLASSES[self.shape.jobs[i].class].runtime
+        } else {
+            Duration::ZERO
+        };
+        let deadline = tokio::time::Instant::now() + runtime;
+        let start = now_time();
+        if self.options.mark_running {
+            let patch = json!({ "status": { "startTime": start, "active": 1, "ready": 1 } });
+            self.patch_status(i, &patch, generation).await;
+        }
+        tokio::time::sleep_until(deadline).await;
+        {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            if st.jobs[i].generation != generation {
+                return;
+            }
+            let t = self.now();
+            st.jobs[i].completion_sent.get_or_insert(t);
+        }
+        // startTime again: a finished Job must have one, and the pods-deleted
+        // write of an earlier reclaim may have landed after this run's start.
+        let status = json!({
+            "startTime": start, "active": 0, "ready": 0, "succeeded": 1,
+            "completionTime": now_time(),
+            "conditions": [
+                condition("SuccessCriteriaMet", "CompletionsReached"),
+                condition("Complete", "CompletionsReached"),
+            ],
+        });
+        self.patch_status(i, &json!({ "status": status }), generation)
+            .await;
+    }
+
+    fn current(&self, i: usize, generation: u64) -> bool {
+        self.state
+            .lock()
+            .is_ok_and(|s| s.jobs[i].generation == generation)
+    }
+
+    /// Writes job `i`'s status while the job is still in `generation`
+    /// (released, or suspended again): a write overtaken by a newer state
+    /// (e.g. a completion racing a reclaim) is dropped, not an error.
+    async fn patch_status(&self, i: usize, patch: &Value, generation: u64) {
+        let job = &self.shape.jobs[i];
+        let ns = &self.shape.leaves[job.leaf].namespace;
+        let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
+        let mut last = String::new();
+        for attempt in 0..5u32 {
+            let result = {
+                let _permit = self.writes.acquire().await;
+                if !self.current(i, generation) {
+                    return;
+                }
+                api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+            };
+            match result {
+                Ok(_) => return,
+                Err(kube::Error::Api(e)) if e.code == 404 => return,
+                Err(_) if !self.current(i, generation) => return,
+                Err(error) => {
+                    last = error.to_string();
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                }
+            }
+        }
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(job = %job.name, namespace = %ns, error = %last, "job status write failed");
+        if let Ok(mut e) = self.last_error.lock() {
+            *e = Some(format!("{ns}/{}: {last}", job.name));
+        }
+    }
+}
+
+/// Creates job `i` (with retries; an existing job counts as created).
+pub async fn create_job(
+    shape: &Shape,
+    runner: &Runner,
+    client: &kube::Client,
+    i: usize,
+    suspended: bool,
+) -> Result<Job> {
+    let job = &shape.jobs[i];
+    let ns = &shape.leaves[job.leaf].namespace;
+    let manifest: Job = serde_json::from_value(shape.job_manifest(i, suspended))?;
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    runner.mark_created(i);
+    let mut last = None;
+    for attempt in 0..5u32 {
+        match api.create(&PostParams::default(), &manifest).await {
+            Ok(created) => return Ok(created),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return api.get(&job.name).await.context("reading an existing job");
+            }
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+        }
+    }
+    match last {
+        Some(error) => Err(error).with_context(|| format!("creating job {ns}/{}", job.name)),
+        None => bail!("creating job {ns}/{}", job.name),
+    }
+}
+
+/// Creates every job on Kueue's arrival schedule: one sequence per (queue,
+/// class), each waiting its class's interval before every create.
+pub async fn create_paced(
+    shape: Arc<Shape>,
+    runner: Arc<Runner>,
+    client: kube::Client,
+    suspended: bool,
+) -> Result<()> {
+    let mut sequences: Vec<Vec<usize>> = vec![Vec::new(); shape.leaves.len() * CLASSES.len()];
+    for (i, job) in shape.jobs.iter().enumerate() {
+        sequences[job.leaf * CLASSES.len() + job.class].push(i);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for sequence in sequences.into_iter().filter(|s| !s.is_empty()) {
+        let (shape, runner, client) = (shape.clone(), runner.clone(), client.clone());
+        tasks.spawn(async move {
+            let interval = CLASSES[shape.jobs[sequence[0]].class].interval;
+            for i in sequence {
+                tokio::time::sleep(interval).await;
+                create_job(&shape, &runner, &client, i, suspended).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.context("a creator task failed")??;
+    }
+    Ok(())
+}
+
+/// The order of a saturated run: round-robin over queues and classes.
+pub fn interleaved(shape: &Shape) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..shape.jobs.len()).collect();
+    order.sort_by_key(|&i| {
+        let j = &shape.jobs[i];
+        (j.seq, j.class, j.leaf)
+    });
+    order
+}
+
+/// Creates every job as fast as the API allows, `concurrency` at a time.
+pub async fn create_saturated(
+    shape: Arc<Shape>,
+    runner: Arc<Runner>,
+    client: kube::Client,
+    concurrency: usize,
+    suspended: bool,
+) -> Result<()> {
+    futures::stream::iter(interleaved(&shape))
+        .map(|i| {
+            let (shape, runner, client) = (shape.clone(), runner.clone(), client.clone());
+            async move { create_job(&shape, &runner, &client, i, suspended).await }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}

@@ -1,0 +1,232 @@
+//! `make bench-e2e`: Koord-Queue's webhook and scheduler against a real
+//! local control plane (etcd + kube-apiserver) in Kueue's
+//! scheduler-performance baseline shape, with the API server floor of the
+//! same API work measured in the same run.
+//!
+//!   cargo run --release -p koord-queue-tests --bin bench-e2e -- --scale 15k --out-dir docs/bench
+//!
+//! Phases, each on a fresh control plane: `run` (the baseline: paced
+//! arrivals, runtimes, quotas), `saturated` (the same jobs as fast as the
+//! API allows, quotas that never bind) and `floor` (the saturated run's API
+//! work done by a null scheduler). Writes `e2e-<scale>.json` and
+//! `e2e-<scale>.svg` into `--out-dir`. Fails when a quota was exceeded or a
+//! job did not finish. See docs/performance.md.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use koord_queue_runtime::parse_duration;
+use koord_queue_tests::bench::api_stats::ApiStats;
+use koord_queue_tests::bench::components::SchedulerOptions;
+use koord_queue_tests::bench::output;
+use koord_queue_tests::bench::phase::{self, PhaseConfig, PhaseKind};
+use koord_queue_tests::bench::proc_stats;
+use koord_queue_tests::bench::runner::RuntimeOptions;
+use koord_queue_tests::bench::shape::{Shape, parse_scale};
+use serde_json::json;
+
+/// End-to-end benchmark of Koord-Queue (Kueue's baseline shape).
+#[derive(Debug, Parser)]
+#[command(name = "bench-e2e")]
+struct Cli {
+    /// Size: `1k`, `15k` (Kueue's baseline: 30 queues in 5 cohorts), `50k`
+    /// (Kueue's large scale: 1,000 queues in 10 cohorts), or a job count.
+    #[arg(long, default_value = "15k")]
+    scale: String,
+    /// Override the number of jobs of the scale.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Override the number of leaf quotas (Kueue ClusterQueues).
+    #[arg(long)]
+    queues: Option<usize>,
+    /// Override the number of parent quotas (Kueue cohorts).
+    #[arg(long)]
+    cohorts: Option<usize>,
+    /// Phases to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "run,saturated,floor")]
+    phases: Vec<String>,
+    /// Directory of the JSON result and the SVG plot.
+    #[arg(long, default_value = "target/bench-e2e")]
+    out_dir: PathBuf,
+    /// Job creates in flight at most in the saturated run and the floor.
+    #[arg(long, default_value_t = 64)]
+    create_concurrency: usize,
+    /// Job status writes of the benchmark's job runtime in flight at most.
+    #[arg(long, default_value_t = 32)]
+    runtime_concurrency: usize,
+    /// Do not mark released jobs running before completing them.
+    #[arg(long)]
+    no_running_status: bool,
+    /// Scheduler `--write-concurrency` (also the null scheduler's).
+    #[arg(long, default_value_t = 48)]
+    write_concurrency: usize,
+    /// Scheduler `--status-interval`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    status_interval: Duration,
+    /// Scheduler `--job-events`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    job_events: bool,
+    /// Scheduler `--cycle-batch`.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    cycle_batch: Duration,
+    /// A phase fails when its jobs have not all finished by then.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                // Absent job CRDs are expected on a bare control plane.
+                tracing_subscriber::EnvFilter::new(
+                    "warn,kube_client=off,koord_queue_scheduler::controller::sources=error",
+                )
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(Cli::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("bench-e2e: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<bool> {
+    let (jobs, queues, cohorts) = parse_scale(&cli.scale)?;
+    let shape = Arc::new(Shape::new(
+        &cli.scale,
+        cli.jobs.unwrap_or(jobs),
+        cli.queues.unwrap_or(queues),
+        cli.cohorts.unwrap_or(cohorts),
+    )?);
+    let kinds = cli
+        .phases
+        .iter()
+        .map(|p| PhaseKind::parse(p))
+        .collect::<Result<Vec<_>>>()?;
+    if kinds.is_empty() {
+        bail!("--phases: nothing to run");
+    }
+    std::fs::create_dir_all(&cli.out_dir)
+        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+    koord_queue_certs::install_crypto_provider();
+
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let load = proc_stats::load_average();
+    eprintln!(
+        "bench-e2e: {} jobs, {} leaf quotas, {} parents; phases {:?}; load average {:?}",
+        shape.jobs.len(),
+        shape.leaves.len(),
+        shape.parents.len(),
+        cli.phases,
+        load.unwrap_or_default()
+    );
+    let scheduler = SchedulerOptions {
+        write_concurrency: cli.write_concurrency,
+        status_interval: cli.status_interval,
+        job_events: cli.job_events,
+        cycle_batch: cli.cycle_batch,
+        root_cpu: None,
+    };
+    let runtime = RuntimeOptions {
+        mark_running: !cli.no_running_status,
+        class_runtimes: true,
+        write_concurrency: cli.runtime_concurrency,
+    };
+    let stats = Arc::new(ApiStats::default());
+    let mut results = Vec::new();
+    let mut floor_writes = None;
+    for kind in kinds {
+        let config = PhaseConfig {
+            kind,
+            scheduler: scheduler.clone(),
+            runtime: runtime.clone(),
+            create_concurrency: cli.create_concurrency,
+            floor_writes: floor_writes.clone(),
+            timeout: cli.timeout,
+        };
+        let result = phase::run(shape.clone(), &config, stats.clone()).await?;
+        if kind == PhaseKind::Saturated {
+            floor_writes = Some(result.writes_for_floor());
+        }
+        results.push(result);
+    }
+
+    let settings = json!({
+        "create_concurrency": cli.create_concurrency,
+        "runtime_concurrency": cli.runtime_concurrency,
+        "runtime_marks_running": !cli.no_running_status,
+        "scheduler": {
+            "write_concurrency": cli.write_concurrency,
+            "status_interval": format!("{:?}", cli.status_interval),
+            "job_events": cli.job_events,
+            "cycle_batch": format!("{:?}", cli.cycle_batch),
+        },
+        "floor_writes": floor_writes,
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load,
+        },
+        "source": source_revision(),
+        "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
+    });
+    let json = output::result_json(&shape, &command, settings, &results);
+    let base = cli.out_dir.join(format!("e2e-{}", shape.scale));
+    let json_path = base.with_extension("json");
+    let svg_path = base.with_extension("svg");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let subtitle = format!(
+        "{} leaf quotas (min 20, max 120 CPU) under {} parents, root {} CPU; webhook + scheduler on a real kube-apiserver v1.35.4; {}",
+        shape.leaves.len(),
+        shape.parents.len(),
+        shape.root_cpu,
+        json["wall_seconds"]
+            .as_f64()
+            .map(|w| format!("wall {w:.1} s"))
+            .unwrap_or_default()
+    );
+    std::fs::write(&svg_path, output::svg(&shape, &results, &subtitle))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
+    print!("{}", output::text(&shape, &json, &results));
+    println!(
+        "  results: {}  plot: {}",
+        json_path.display(),
+        svg_path.display()
+    );
+
+    let violations = json["quota_violations"].as_u64().unwrap_or(0);
+    if violations > 0 {
+        eprintln!(
+            "bench-e2e: FAILED: {violations} quota violations (see quota_violation_examples in the JSON)"
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// The commit the benchmark was built from and whether the tree had changes.
+fn source_revision() -> serde_json::Value {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let changed =
+        git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count());
+    json!({ "commit": git(&["rev-parse", "HEAD"]), "modified_files": changed })
+}
