@@ -133,6 +133,8 @@ pub struct Controller {
     ran_first_cycle: bool,
     queue_writes: HashSet<String>,
     queue_published: HashMap<String, Instant>,
+    /// Quota usage series published non-zero by the last metrics pass.
+    quota_used_series: HashSet<QuotaLabels>,
     last_visibility_pass: Option<Instant>,
     held_missing_unit: HashSet<JobKey>,
     retry: HashSet<Key>,
@@ -184,6 +186,7 @@ impl Controller {
             ran_first_cycle: false,
             queue_writes: HashSet::new(),
             queue_published: HashMap::new(),
+            quota_used_series: HashSet::new(),
             last_visibility_pass: None,
             held_missing_unit: HashSet::new(),
             retry: HashSet::new(),
@@ -1550,25 +1553,28 @@ impl Controller {
                     .set(i64::try_from(c.admitted).unwrap_or(i64::MAX));
             }
         }
+        let mut used = Vec::new();
         for name in self.quotas.keys() {
             let Some(f) = self.core.quota_figures(name) else {
                 continue;
             };
+            let labels = |resource: &str| QuotaLabels {
+                quota: name.clone(),
+                resource: resource.to_string(),
+            };
             for (family, values) in [
                 (&self.metrics.quota_min, &f.min),
                 (&self.metrics.quota_max, &f.max),
-                (&self.metrics.quota_used, &f.used),
             ] {
                 for (resource, amount) in values.iter() {
-                    family
-                        .get_or_create(&QuotaLabels {
-                            quota: name.clone(),
-                            resource: resource.to_string(),
-                        })
-                        .set(amount);
+                    family.get_or_create(&labels(resource)).set(amount);
                 }
             }
+            used.extend(f.used.iter().map(|(r, amount)| (labels(r), amount)));
         }
+        self.quota_used_series = self
+            .metrics
+            .publish_quota_used(&self.quota_used_series, used);
     }
 
     /// Root capacity for the `auto` source: the root quota's max, else the
