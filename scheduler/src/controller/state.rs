@@ -98,6 +98,60 @@ impl UnitState {
         }
     }
 
+    /// This process is lifting the job's suspension: until the job is seen
+    /// released, a held job means the release has not reached it yet, not
+    /// that it was suspended again.
+    fn releasing(&mut self) {
+        self.released_here = true;
+        self.release_ack = false;
+    }
+
+    /// Whether a held job of this unit, which holds quota as released, was
+    /// suspended again by someone: it was seen released since, or it was
+    /// found released at start (this process never released it).
+    fn held_job_was_suspended_again(&self) -> bool {
+        self.release_ack || !self.released_here
+    }
+
+    /// Records a successful release write (see [`Write::Release`]).
+    fn release_written(
+        &mut self,
+        phase: QueueUnitPhase,
+        admissions: Option<&[Admission]>,
+        attempts: Option<i64>,
+        checks: Option<Vec<AdmissionCheckState>>,
+    ) {
+        let from_reserved = admissions.is_none();
+        self.rec.phase = Some(phase);
+        if let Some(admissions) = admissions {
+            self.rec.held = admissions
+                .iter()
+                .filter_map(|a| Resources::from_list(&a.resources).ok())
+                .fold(Resources::new(), |mut t, r| {
+                    t.add(&r);
+                    t
+                });
+        }
+        if let Some(attempts) = attempts {
+            self.rec.attempts = attempts;
+        }
+        if let Some(checks) = checks {
+            self.rec.checks = checks;
+        }
+        if !from_reserved || phase != QueueUnitPhase::Reserved {
+            // Timers of strict dequeue and of the running timeout
+            // start at the release.
+            self.rec.allocated_ms = Some(now_ms());
+        }
+        if phase.is_released() {
+            // Also when the quota was reserved by an earlier process (a
+            // restart while its checks ran): its job, held until now, must
+            // not be taken for suspended again.
+            self.releasing();
+        }
+        self.rec.position = None;
+    }
+
     fn def(&self) -> UnitDef {
         let r = &self.rec;
         UnitDef {
@@ -694,7 +748,7 @@ impl Controller {
                 } else if phase == QueueUnitPhase::Reserved {
                     self.checks_outcome(k, rec, job, queue)
                 } else if job.held {
-                    (st.release_ack || !st.released_here).then(|| Write::Phase {
+                    st.held_job_was_suspended_again().then(|| Write::Phase {
                         unit: k.clone(),
                         phase: QueueUnitPhase::Enqueued,
                         admissions: Some(Vec::new()),
@@ -959,8 +1013,7 @@ impl Controller {
             };
             st.member = Membership::Holding;
             st.busy = true;
-            st.released_here = true;
-            st.release_ack = false;
+            st.releasing();
             st.released_at = Some(Instant::now());
             let quota = queue_of(&st.rec).to_string();
             let queue = self.queues.get(&quota);
@@ -1100,28 +1153,7 @@ impl Controller {
                 st.busy = false;
                 let from_reserved = admissions.is_none();
                 if ok_rv.is_some() {
-                    st.rec.phase = Some(phase);
-                    if let Some(admissions) = &admissions {
-                        st.rec.held = admissions
-                            .iter()
-                            .filter_map(|a| Resources::from_list(&a.resources).ok())
-                            .fold(Resources::new(), |mut t, r| {
-                                t.add(&r);
-                                t
-                            });
-                    }
-                    if let Some(attempts) = attempts {
-                        st.rec.attempts = attempts;
-                    }
-                    if let Some(checks) = checks {
-                        st.rec.checks = checks;
-                    }
-                    if !from_reserved || phase != QueueUnitPhase::Reserved {
-                        // Timers of strict dequeue and of the running timeout
-                        // start at the release.
-                        st.rec.allocated_ms = Some(now_ms());
-                    }
-                    st.rec.position = None;
+                    st.release_written(phase, admissions.as_deref(), attempts, checks);
                     let waited = (now_ms() - st.rec.created_ms).max(0);
                     let queue = queue_of(&st.rec).to_string();
                     if phase == QueueUnitPhase::Reserved {
@@ -1812,6 +1844,51 @@ mod tests {
         assert_eq!(backoff_delay(50, mid), Duration::from_secs(900));
         assert_eq!(backoff_delay(1, 0), Duration::from_secs(9));
         assert_eq!(backoff_delay(1, 199), Duration::from_millis(10_990));
+    }
+
+    /// A unit as a starting scheduler finds it: Reserved, checks pending.
+    fn found_reserved() -> UnitState {
+        let unit: koord_queue_api::QueueUnit = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": "u", "namespace": "ns" },
+            "spec": {
+                "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": "j" },
+                "queue": "q", "resource": { "cpu": "2" },
+            },
+            "status": {
+                "phase": "Reserved",
+                "admissions": [{ "name": "main", "replicas": 1, "resources": { "cpu": "2" } }],
+                "admissionChecks": [{ "name": "provision", "state": "Pending" }],
+            },
+        }))
+        .expect("a valid unit");
+        UnitState::new(UnitRecord::from_unit(&unit))
+    }
+
+    #[test]
+    fn a_job_released_after_a_restart_is_not_taken_for_suspended_again() {
+        // Reserved by an earlier process; its checks pass after the restart
+        // and this process releases it. Its job is still seen held until
+        // the release reaches the watch: that is not a new suspension.
+        let mut st = found_reserved();
+        st.release_written(QueueUnitPhase::Dequeued, None, None, None);
+        assert_eq!(st.rec.phase, Some(QueueUnitPhase::Dequeued));
+        assert_eq!(st.rec.held.get("cpu"), 2000, "keeps its reservation");
+        assert!(!st.held_job_was_suspended_again());
+        // Once the job was seen released, holding it again is a suspension.
+        st.release_ack = true;
+        assert!(st.held_job_was_suspended_again());
+    }
+
+    #[test]
+    fn a_unit_found_released_with_its_job_held_was_suspended_again() {
+        let mut st = found_reserved();
+        st.rec.phase = Some(QueueUnitPhase::Dequeued);
+        assert!(st.held_job_was_suspended_again());
+        // Reserving (checks start) is no release of the job.
+        let mut st = found_reserved();
+        st.release_written(QueueUnitPhase::Reserved, Some(&[]), Some(1), None);
+        assert!(!st.released_here);
     }
 
     #[test]
