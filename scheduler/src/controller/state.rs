@@ -733,6 +733,19 @@ impl Controller {
                         message: format!("backoff over; waiting in queue {}", queue_of(rec)),
                     })
             }
+            // A send-back after a strict-dequeue failure takes three writes
+            // (SchedFailed, hold the job, TimeoutBackoff). A crash or a failed
+            // write between them leaves the unit in SchedFailed, which nothing
+            // else moves on from, its job possibly still released while it
+            // holds no quota: finish the send-back (holding is idempotent).
+            (Some(QueueUnitPhase::SchedFailed), Some(job)) => Some(self.backoff(
+                k,
+                rec,
+                Some(job),
+                None,
+                "SchedulingTimeout",
+                sched_failed_reason(rec.message.as_deref()),
+            )),
             (Some(phase), Some(job)) if phase.holds_quota() => {
                 if finished(job.state) {
                     let (phase, text) = match job.state {
@@ -923,7 +936,7 @@ impl Controller {
             )))
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         let message = format!(
-            "{message}; back in queue {} at {requeue_at} (attempt {count})",
+            "{message}{BACK_IN_QUEUE}{} at {requeue_at} (attempt {count})",
             queue_of(rec)
         );
         Write::Backoff {
@@ -1639,6 +1652,25 @@ impl Controller {
 /// Condition reason (and backoff reason) of a reclaimed unit.
 const RECLAIMED: &str = "Reclaimed";
 
+/// Where a backoff message says when the unit returns.
+const BACK_IN_QUEUE: &str = "; back in queue ";
+
+/// The reason to repeat when finishing a SchedFailed send-back that was cut
+/// short: the message its first write left, without the "back in queue"
+/// tail that the new backoff writes afresh.
+fn sched_failed_reason(message: Option<&str>) -> String {
+    message
+        .and_then(|m| m.split(BACK_IN_QUEUE).next())
+        .filter(|m| m.starts_with("SchedFailed"))
+        .map_or_else(
+            || {
+                "SchedFailed: the job's pods were not all bound in time; suspended again, quota released"
+                    .to_string()
+            },
+            str::to_string,
+        )
+}
+
 /// Condition type on the Queue of a quota whose children's guaranteed
 /// minimum exceeds its own (they are then scaled down proportionally).
 pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
@@ -1889,6 +1921,20 @@ mod tests {
         let mut st = found_reserved();
         st.release_written(QueueUnitPhase::Reserved, Some(&[]), Some(1), None);
         assert!(!st.released_here);
+    }
+
+    #[test]
+    fn an_interrupted_sched_failed_send_back_repeats_its_reason_once() {
+        let written =
+            "SchedFailed: pod p unschedulable: no node after 8s; suspended again, quota released";
+        let left = format!("{written}{BACK_IN_QUEUE}q at 2026-01-01T00:00:00Z (attempt 1)");
+        assert_eq!(sched_failed_reason(Some(&left)), written);
+        assert_eq!(sched_failed_reason(Some(written)), written);
+        for other in [None, Some("position 3 in queue q"), Some("")] {
+            let reason = sched_failed_reason(other);
+            assert!(reason.starts_with("SchedFailed: "), "{reason}");
+            assert!(!reason.contains(BACK_IN_QUEUE), "{reason}");
+        }
     }
 
     #[test]
