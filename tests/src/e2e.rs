@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use koord_queue_api::queue_unit::QueueUnitPhase;
-use koord_queue_api::{ElasticQuota, QueueUnit, Resources, keys};
-use kube::api::{Api, PostParams};
+use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase, QueueUnitStatus};
+use koord_queue_api::{ElasticQuota, Queue, QueueUnit, Resources, keys};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::ControlPlane;
@@ -45,9 +45,60 @@ pub async fn create_quota(
     Ok(())
 }
 
+/// A quota tree `<name>` → `<name>-q` (min 0, max `max_cpu`) and its Queue,
+/// with `spec` merged into the Queue the scheduler created for the leaf
+/// quota; returns the leaf (queue) name. Needs a running scheduler.
+pub async fn queue_with(
+    cp: &ControlPlane,
+    name: &str,
+    max_cpu: &str,
+    spec: serde_json::Value,
+) -> Result<String> {
+    let client = cp.client().await?;
+    create_quota(&client, name, None, true, "0", max_cpu, None).await?;
+    let leaf = format!("{name}-q");
+    create_quota(&client, &leaf, Some(name), false, "0", max_cpu, None).await?;
+    let queues: Api<Queue> = Api::namespaced(client, keys::SYSTEM_NAMESPACE);
+    crate::fixtures::eventually(Duration::from_secs(15), || async {
+        Ok(queues.get_opt(&leaf).await?.is_some())
+    })
+    .await
+    .with_context(|| format!("the scheduler did not create queue {leaf}"))?;
+    queues
+        .patch(
+            &leaf,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await?;
+    // Let the scheduler see the queue's new settings.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(leaf)
+}
+
 /// YAML of a batch/v1 Job in quota `quota` whose single pod requests `cpu`
 /// and runs for `run_for` on a kwok node.
 pub fn job_yaml(name: &str, quota: &str, cpu: &str, run_for: &str) -> String {
+    job_yaml_with(name, quota, cpu, run_for, "")
+}
+
+/// [`job_yaml`] whose pod may only be bound to a node labelled `key=value`:
+/// its pod stays pending (unschedulable) until a node carries that label.
+pub fn job_yaml_on_nodes(
+    name: &str,
+    quota: &str,
+    cpu: &str,
+    run_for: &str,
+    key: &str,
+    value: &str,
+) -> String {
+    let selector = format!("      nodeSelector:\n        {key}: \"{value}\"\n");
+    job_yaml_with(name, quota, cpu, run_for, &selector)
+}
+
+/// [`job_yaml`] with `pod_spec` (YAML lines indented for the pod spec) added
+/// to the pod spec.
+fn job_yaml_with(name: &str, quota: &str, cpu: &str, run_for: &str, pod_spec: &str) -> String {
     format!(
         r#"apiVersion: batch/v1
 kind: Job
@@ -63,7 +114,7 @@ spec:
         {run_for_key}: "{run_for}"
     spec:
       restartPolicy: Never
-      containers:
+{pod_spec}      containers:
       - name: main
         image: busybox
         resources:
@@ -122,6 +173,107 @@ pub async fn phase_of(
     Ok(unit_of_job(client, namespace, name)
         .await?
         .and_then(|u| u.status.and_then(|s| s.phase)))
+}
+
+/// The status of job `name`'s unit (an error when there is no unit).
+pub async fn status_of(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<QueueUnitStatus> {
+    Ok(unit_of_job(client, namespace, name)
+        .await?
+        .with_context(|| format!("job {namespace}/{name} has no QueueUnit"))?
+        .status
+        .unwrap_or_default())
+}
+
+/// Sets every admission check of job `name`'s unit to `state`, as an
+/// admission check controller would.
+pub async fn set_check(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    state: CheckState,
+) -> Result<()> {
+    let unit = unit_of_job(client, namespace, name)
+        .await?
+        .with_context(|| format!("job {namespace}/{name} has no QueueUnit"))?;
+    let checks: Vec<serde_json::Value> = unit
+        .status
+        .unwrap_or_default()
+        .admission_checks
+        .iter()
+        .map(|c| json!({ "name": c.name, "state": state, "lastTransitionTime": "2026-11-29T00:00:00Z", "message": "set by the test" }))
+        .collect();
+    Api::<QueueUnit>::namespaced(client.clone(), namespace)
+        .patch_status(
+            unit.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "admissionChecks": checks } })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether Job `name` is suspended (held).
+pub async fn job_suspended(client: &kube::Client, namespace: &str, name: &str) -> Result<bool> {
+    let job = Api::<Job>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await?;
+    Ok(job.spec.and_then(|s| s.suspend) == Some(true))
+}
+
+/// The phases job `name`'s unit goes through, polled until it reaches
+/// `last` or `timeout` passes (a phase held shorter than the poll interval
+/// may be missed).
+pub async fn phases_until(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    last: QueueUnitPhase,
+    timeout: Duration,
+) -> Result<Vec<QueueUnitPhase>> {
+    let mut seen: Vec<QueueUnitPhase> = Vec::new();
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if let Some(p) = phase_of(client, namespace, name).await?
+            && seen.last() != Some(&p)
+        {
+            seen.push(p);
+            if p == last {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    Ok(seen)
+}
+
+/// One line per unit of `namespace`: job, phase and message (for failure
+/// reports).
+pub async fn describe_units(client: &kube::Client, namespace: &str) -> String {
+    let units = match Api::<QueueUnit>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await
+    {
+        Ok(units) => units,
+        Err(e) => return format!("cannot list units: {e}"),
+    };
+    units
+        .items
+        .iter()
+        .map(|u| {
+            let status = u.status.clone().unwrap_or_default();
+            format!(
+                "{}: {:?} {:?}",
+                u.spec.consumer_ref.name.clone().unwrap_or_default(),
+                status.phase,
+                status.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Waits until job `name`'s unit is in one of `phases`.

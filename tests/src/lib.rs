@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod install;
 pub mod job_crds;
 pub mod kubeconfig;
+pub mod metrics;
 pub mod pki;
 pub mod process;
 pub mod scheduler;

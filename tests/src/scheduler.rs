@@ -124,3 +124,15 @@ pub async fn start_leader(
     .context("the scheduler did not become a ready leader")?;
     Ok(replica)
 }
+
+/// Crashes `replica` (no Lease release, see [`SchedulerReplica::kill`]) and
+/// starts a new one with `args`, as a restarted pod: it takes over once the
+/// old Lease expires, rebuilding its state from the API alone.
+pub async fn crash_and_restart(
+    cp: &ControlPlane,
+    replica: &SchedulerReplica,
+    args: koord_queue_scheduler::Args,
+) -> Result<SchedulerReplica> {
+    replica.kill().await?;
+    start_leader(cp, args).await
+}

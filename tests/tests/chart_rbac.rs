@@ -18,7 +18,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_api::{Queue, QueueUnit, keys};
 use koord_queue_tests::e2e::{self, create_quota, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::install::{self, ComponentSetup, Components, LocalInstall, RELEASE};
-use koord_queue_tests::{ControlPlane, background, fixtures, job_crds, process, shared};
+use koord_queue_tests::{ControlPlane, background, fixtures, job_crds, metrics, process, shared};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -89,26 +89,6 @@ async fn setup() -> (&'static ControlPlane, &'static Deployed) {
         })
         .await;
     (cp, deployed)
-}
-
-/// The Prometheus text of an admin endpoint.
-fn metrics(addr: SocketAddr) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body
-}
-
-/// Sum of the samples of a metric family (0 when it has none).
-fn sum_of(text: &str, family: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(family) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[tokio::test]
@@ -196,15 +176,15 @@ async fn components_with_the_chart_identities_run_the_end_to_end_flow() {
         "the Lease named after the release, held with the pod-name identity"
     );
     // Nothing the components did was refused.
-    let scheduler = metrics(deployed.scheduler_admin);
+    let scheduler = metrics::scrape(deployed.scheduler_admin).await.unwrap();
     assert_eq!(
-        sum_of(&scheduler, "koord_queue_scheduler_api_write_errors_total"),
+        metrics::sum_of(&scheduler, "koord_queue_scheduler_api_write_errors_total"),
         0.0,
         "{scheduler}"
     );
-    let webhook = metrics(deployed.webhook_admin);
+    let webhook = metrics::scrape(deployed.webhook_admin).await.unwrap();
     assert_eq!(
-        sum_of(
+        metrics::sum_of(
             &webhook,
             "koord_queue_webhook_queue_unit_create_errors_total"
         ),
@@ -212,7 +192,7 @@ async fn components_with_the_chart_identities_run_the_end_to_end_flow() {
         "{webhook}"
     );
     assert!(
-        sum_of(&webhook, "koord_queue_webhook_reviews_total") >= 2.0,
+        metrics::sum_of(&webhook, "koord_queue_webhook_reviews_total") >= 2.0,
         "{webhook}"
     );
 }

@@ -2,14 +2,13 @@
 //! checks, strict dequeue, the running timeout and backoff.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
+use koord_queue_api::QueueUnit;
 use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase, QueueUnitPhase::*};
-use koord_queue_api::{Queue, QueueUnit, keys};
-use koord_queue_tests::e2e::{self, create_quota, job_yaml, kubectl_create_job, wait_phase};
+use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, webhook};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -29,68 +28,20 @@ async fn setup() -> &'static ControlPlane {
     cp
 }
 
-/// A quota tree `<name>` → `<name>-q` and its Queue, with `spec` merged into
-/// the Queue the scheduler created for the quota.
-async fn queue_with(cp: &ControlPlane, name: &str, spec: serde_json::Value) -> String {
-    let client = cp.client().await.unwrap();
-    create_quota(&client, name, None, true, "0", "40", None)
-        .await
-        .unwrap();
-    let leaf = format!("{name}-q");
-    create_quota(&client, &leaf, Some(name), false, "0", "40", None)
-        .await
-        .unwrap();
-    let queues: Api<Queue> = Api::namespaced(client, keys::SYSTEM_NAMESPACE);
-    fixtures::eventually(Duration::from_secs(15), || async {
-        Ok(queues.get_opt(&leaf).await?.is_some())
-    })
-    .await
-    .unwrap();
-    queues
-        .patch(
-            &leaf,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
-    // Let the scheduler see the queue's new settings.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    leaf
-}
-
 async fn unit(client: &kube::Client, ns: &str, job: &str) -> QueueUnit {
     e2e::unit_of_job(client, ns, job).await.unwrap().unwrap()
 }
 
 async fn set_check(client: &kube::Client, ns: &str, job: &str, state: CheckState) {
-    let u = unit(client, ns, job).await;
-    let checks: Vec<serde_json::Value> = u
-        .status
-        .unwrap()
-        .admission_checks
-        .iter()
-        .map(|c| json!({ "name": c.name, "state": state, "lastTransitionTime": "2026-11-29T00:00:00Z", "message": "set by the test" }))
-        .collect();
-    Api::<QueueUnit>::namespaced(client.clone(), ns)
-        .patch_status(
-            u.metadata.name.as_deref().unwrap(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "admissionChecks": checks } })),
-        )
-        .await
-        .unwrap();
+    e2e::set_check(client, ns, job, state).await.unwrap();
 }
 
 async fn suspended(client: &kube::Client, ns: &str, job: &str) -> bool {
-    Api::<Job>::namespaced(client.clone(), ns)
-        .get(job)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .suspend
-        == Some(true)
+    e2e::job_suspended(client, ns, job).await.unwrap()
+}
+
+async fn queue_with(cp: &ControlPlane, name: &str, spec: serde_json::Value) -> String {
+    e2e::queue_with(cp, name, "40", spec).await.unwrap()
 }
 
 #[tokio::test]
@@ -193,7 +144,6 @@ async fn admission_checks_hold_release_and_send_back() {
     }
 }
 
-/// Phases seen while polling until `last` (or the timeout).
 async fn phases_until(
     client: &kube::Client,
     ns: &str,
@@ -201,20 +151,9 @@ async fn phases_until(
     last: QueueUnitPhase,
     timeout: Duration,
 ) -> Vec<QueueUnitPhase> {
-    let mut seen: Vec<QueueUnitPhase> = Vec::new();
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Some(p) = e2e::phase_of(client, ns, job).await.unwrap()
-            && seen.last() != Some(&p)
-        {
-            seen.push(p);
-            if p == last {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    seen
+    e2e::phases_until(client, ns, job, last, timeout)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

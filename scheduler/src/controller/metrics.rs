@@ -1,5 +1,7 @@
 //! Prometheus metrics of the scheduler (design §4.7).
 
+use std::collections::HashSet;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -145,5 +147,61 @@ impl Metrics {
             m.events_dropped.clone(),
         );
         m
+    }
+}
+
+impl Metrics {
+    /// Publishes the usage of every quota and resource in use, `now`, and
+    /// sets to 0 the series of `before` (the last call's result) that are
+    /// not in it: a quota's figures leave out a resource once its usage is
+    /// back to 0, and the gauge must not keep the last amount. Returns the
+    /// series in use, for the next call.
+    pub fn publish_quota_used(
+        &self,
+        before: &HashSet<QuotaLabels>,
+        now: Vec<(QuotaLabels, i64)>,
+    ) -> HashSet<QuotaLabels> {
+        let mut in_use = HashSet::with_capacity(now.len());
+        for (labels, amount) in now {
+            self.quota_used.get_or_create(&labels).set(amount);
+            in_use.insert(labels);
+        }
+        for idle in before.difference(&in_use) {
+            self.quota_used.get_or_create(idle).set(0);
+        }
+        in_use
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(quota: &str) -> QuotaLabels {
+        QuotaLabels {
+            quota: quota.into(),
+            resource: "cpu".into(),
+        }
+    }
+
+    fn used(metrics: &Metrics, quota: &str) -> i64 {
+        metrics.quota_used.get_or_create(&labels(quota)).get()
+    }
+
+    #[test]
+    fn quota_usage_back_to_zero_is_published_as_zero() {
+        let metrics = Metrics::register(&mut Registry::default());
+        let in_use = metrics.publish_quota_used(
+            &HashSet::new(),
+            vec![(labels("a"), 3000), (labels("b"), 2000)],
+        );
+        assert_eq!((used(&metrics, "a"), used(&metrics, "b")), (3000, 2000));
+        // b's usage is gone from the figures: its gauge says 0.
+        let in_use = metrics.publish_quota_used(&in_use, vec![(labels("a"), 1000)]);
+        assert_eq!((used(&metrics, "a"), used(&metrics, "b")), (1000, 0));
+        assert_eq!(in_use, HashSet::from([labels("a")]));
+        let in_use = metrics.publish_quota_used(&in_use, Vec::new());
+        assert_eq!((used(&metrics, "a"), used(&metrics, "b")), (0, 0));
+        assert!(in_use.is_empty());
     }
 }

@@ -98,6 +98,60 @@ impl UnitState {
         }
     }
 
+    /// This process is lifting the job's suspension: until the job is seen
+    /// released, a held job means the release has not reached it yet, not
+    /// that it was suspended again.
+    fn releasing(&mut self) {
+        self.released_here = true;
+        self.release_ack = false;
+    }
+
+    /// Whether a held job of this unit, which holds quota as released, was
+    /// suspended again by someone: it was seen released since, or it was
+    /// found released at start (this process never released it).
+    fn held_job_was_suspended_again(&self) -> bool {
+        self.release_ack || !self.released_here
+    }
+
+    /// Records a successful release write (see [`Write::Release`]).
+    fn release_written(
+        &mut self,
+        phase: QueueUnitPhase,
+        admissions: Option<&[Admission]>,
+        attempts: Option<i64>,
+        checks: Option<Vec<AdmissionCheckState>>,
+    ) {
+        let from_reserved = admissions.is_none();
+        self.rec.phase = Some(phase);
+        if let Some(admissions) = admissions {
+            self.rec.held = admissions
+                .iter()
+                .filter_map(|a| Resources::from_list(&a.resources).ok())
+                .fold(Resources::new(), |mut t, r| {
+                    t.add(&r);
+                    t
+                });
+        }
+        if let Some(attempts) = attempts {
+            self.rec.attempts = attempts;
+        }
+        if let Some(checks) = checks {
+            self.rec.checks = checks;
+        }
+        if !from_reserved || phase != QueueUnitPhase::Reserved {
+            // Timers of strict dequeue and of the running timeout
+            // start at the release.
+            self.rec.allocated_ms = Some(now_ms());
+        }
+        if phase.is_released() {
+            // Also when the quota was reserved by an earlier process (a
+            // restart while its checks ran): its job, held until now, must
+            // not be taken for suspended again.
+            self.releasing();
+        }
+        self.rec.position = None;
+    }
+
     fn def(&self) -> UnitDef {
         let r = &self.rec;
         UnitDef {
@@ -133,6 +187,8 @@ pub struct Controller {
     ran_first_cycle: bool,
     queue_writes: HashSet<String>,
     queue_published: HashMap<String, Instant>,
+    /// Quota usage series published non-zero by the last metrics pass.
+    quota_used_series: HashSet<QuotaLabels>,
     last_visibility_pass: Option<Instant>,
     held_missing_unit: HashSet<JobKey>,
     retry: HashSet<Key>,
@@ -184,6 +240,7 @@ impl Controller {
             ran_first_cycle: false,
             queue_writes: HashSet::new(),
             queue_published: HashMap::new(),
+            quota_used_series: HashSet::new(),
             last_visibility_pass: None,
             held_missing_unit: HashSet::new(),
             retry: HashSet::new(),
@@ -682,6 +739,19 @@ impl Controller {
                         message: format!("backoff over; waiting in queue {}", queue_of(rec)),
                     })
             }
+            // A send-back after a strict-dequeue failure takes three writes
+            // (SchedFailed, hold the job, TimeoutBackoff). A crash or a failed
+            // write between them leaves the unit in SchedFailed, which nothing
+            // else moves on from, its job possibly still released while it
+            // holds no quota: finish the send-back (holding is idempotent).
+            (Some(QueueUnitPhase::SchedFailed), Some(job)) => Some(self.backoff(
+                k,
+                rec,
+                Some(job),
+                None,
+                "SchedulingTimeout",
+                sched_failed_reason(rec.message.as_deref()),
+            )),
             (Some(phase), Some(job)) if phase.holds_quota() => {
                 if finished(job.state) {
                     let (phase, text) = match job.state {
@@ -697,7 +767,7 @@ impl Controller {
                 } else if phase == QueueUnitPhase::Reserved {
                     self.checks_outcome(k, rec, job, queue)
                 } else if job.held {
-                    (st.release_ack || !st.released_here).then(|| Write::Phase {
+                    st.held_job_was_suspended_again().then(|| Write::Phase {
                         unit: k.clone(),
                         phase: QueueUnitPhase::Enqueued,
                         admissions: Some(Vec::new()),
@@ -872,7 +942,7 @@ impl Controller {
             )))
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         let message = format!(
-            "{message}; back in queue {} at {requeue_at} (attempt {count})",
+            "{message}{BACK_IN_QUEUE}{} at {requeue_at} (attempt {count})",
             queue_of(rec)
         );
         Write::Backoff {
@@ -962,8 +1032,7 @@ impl Controller {
             };
             st.member = Membership::Holding;
             st.busy = true;
-            st.released_here = true;
-            st.release_ack = false;
+            st.releasing();
             st.released_at = Some(Instant::now());
             let quota = queue_of(&st.rec).to_string();
             let queue = self.queues.get(&quota);
@@ -1103,28 +1172,7 @@ impl Controller {
                 st.busy = false;
                 let from_reserved = admissions.is_none();
                 if ok_rv.is_some() {
-                    st.rec.phase = Some(phase);
-                    if let Some(admissions) = &admissions {
-                        st.rec.held = admissions
-                            .iter()
-                            .filter_map(|a| Resources::from_list(&a.resources).ok())
-                            .fold(Resources::new(), |mut t, r| {
-                                t.add(&r);
-                                t
-                            });
-                    }
-                    if let Some(attempts) = attempts {
-                        st.rec.attempts = attempts;
-                    }
-                    if let Some(checks) = checks {
-                        st.rec.checks = checks;
-                    }
-                    if !from_reserved || phase != QueueUnitPhase::Reserved {
-                        // Timers of strict dequeue and of the running timeout
-                        // start at the release.
-                        st.rec.allocated_ms = Some(now_ms());
-                    }
-                    st.rec.position = None;
+                    st.release_written(phase, admissions.as_deref(), attempts, checks);
                     let waited = (now_ms() - st.rec.created_ms).max(0);
                     let queue = queue_of(&st.rec).to_string();
                     if phase == QueueUnitPhase::Reserved {
@@ -1556,25 +1604,28 @@ impl Controller {
                     .set(i64::try_from(c.admitted).unwrap_or(i64::MAX));
             }
         }
+        let mut used = Vec::new();
         for name in self.quotas.keys() {
             let Some(f) = self.core.quota_figures(name) else {
                 continue;
             };
+            let labels = |resource: &str| QuotaLabels {
+                quota: name.clone(),
+                resource: resource.to_string(),
+            };
             for (family, values) in [
                 (&self.metrics.quota_min, &f.min),
                 (&self.metrics.quota_max, &f.max),
-                (&self.metrics.quota_used, &f.used),
             ] {
                 for (resource, amount) in values.iter() {
-                    family
-                        .get_or_create(&QuotaLabels {
-                            quota: name.clone(),
-                            resource: resource.to_string(),
-                        })
-                        .set(amount);
+                    family.get_or_create(&labels(resource)).set(amount);
                 }
             }
+            used.extend(f.used.iter().map(|(r, amount)| (labels(r), amount)));
         }
+        self.quota_used_series = self
+            .metrics
+            .publish_quota_used(&self.quota_used_series, used);
     }
 
     /// Root capacity for the `auto` source: the root quota's max, else the
@@ -1606,6 +1657,25 @@ impl Controller {
 
 /// Condition reason (and backoff reason) of a reclaimed unit.
 const RECLAIMED: &str = "Reclaimed";
+
+/// Where a backoff message says when the unit returns.
+const BACK_IN_QUEUE: &str = "; back in queue ";
+
+/// The reason to repeat when finishing a SchedFailed send-back that was cut
+/// short: the message its first write left, without the "back in queue"
+/// tail that the new backoff writes afresh.
+fn sched_failed_reason(message: Option<&str>) -> String {
+    message
+        .and_then(|m| m.split(BACK_IN_QUEUE).next())
+        .filter(|m| m.starts_with("SchedFailed"))
+        .map_or_else(
+            || {
+                "SchedFailed: the job's pods were not all bound in time; suspended again, quota released"
+                    .to_string()
+            },
+            str::to_string,
+        )
+}
 
 /// Condition type on the Queue of a quota whose children's guaranteed
 /// minimum exceeds its own (they are then scaled down proportionally).
@@ -1817,6 +1887,65 @@ mod tests {
         assert_eq!(backoff_delay(50, mid), Duration::from_secs(900));
         assert_eq!(backoff_delay(1, 0), Duration::from_secs(9));
         assert_eq!(backoff_delay(1, 199), Duration::from_millis(10_990));
+    }
+
+    /// A unit as a starting scheduler finds it: Reserved, checks pending.
+    fn found_reserved() -> UnitState {
+        let unit: koord_queue_api::QueueUnit = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": "u", "namespace": "ns" },
+            "spec": {
+                "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": "j" },
+                "queue": "q", "resource": { "cpu": "2" },
+            },
+            "status": {
+                "phase": "Reserved",
+                "admissions": [{ "name": "main", "replicas": 1, "resources": { "cpu": "2" } }],
+                "admissionChecks": [{ "name": "provision", "state": "Pending" }],
+            },
+        }))
+        .expect("a valid unit");
+        UnitState::new(UnitRecord::from_unit(&unit))
+    }
+
+    #[test]
+    fn a_job_released_after_a_restart_is_not_taken_for_suspended_again() {
+        // Reserved by an earlier process; its checks pass after the restart
+        // and this process releases it. Its job is still seen held until
+        // the release reaches the watch: that is not a new suspension.
+        let mut st = found_reserved();
+        st.release_written(QueueUnitPhase::Dequeued, None, None, None);
+        assert_eq!(st.rec.phase, Some(QueueUnitPhase::Dequeued));
+        assert_eq!(st.rec.held.get("cpu"), 2000, "keeps its reservation");
+        assert!(!st.held_job_was_suspended_again());
+        // Once the job was seen released, holding it again is a suspension.
+        st.release_ack = true;
+        assert!(st.held_job_was_suspended_again());
+    }
+
+    #[test]
+    fn a_unit_found_released_with_its_job_held_was_suspended_again() {
+        let mut st = found_reserved();
+        st.rec.phase = Some(QueueUnitPhase::Dequeued);
+        assert!(st.held_job_was_suspended_again());
+        // Reserving (checks start) is no release of the job.
+        let mut st = found_reserved();
+        st.release_written(QueueUnitPhase::Reserved, Some(&[]), Some(1), None);
+        assert!(!st.released_here);
+    }
+
+    #[test]
+    fn an_interrupted_sched_failed_send_back_repeats_its_reason_once() {
+        let written =
+            "SchedFailed: pod p unschedulable: no node after 8s; suspended again, quota released";
+        let left = format!("{written}{BACK_IN_QUEUE}q at 2026-01-01T00:00:00Z (attempt 1)");
+        assert_eq!(sched_failed_reason(Some(&left)), written);
+        assert_eq!(sched_failed_reason(Some(written)), written);
+        for other in [None, Some("position 3 in queue q"), Some("")] {
+            let reason = sched_failed_reason(other);
+            assert!(reason.starts_with("SchedFailed: "), "{reason}");
+            assert!(!reason.contains(BACK_IN_QUEUE), "{reason}");
+        }
     }
 
     #[test]
