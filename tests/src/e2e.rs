@@ -1,10 +1,12 @@
-//! Building blocks of the end-to-end suites: quota trees, kubectl-created
-//! Jobs that "run" on kwok nodes for a given time, and reading a job's unit.
+//! Building blocks of the end-to-end suites: quota trees, namespace
+//! ResourceQuotas, kubectl-created Jobs that "run" on kwok nodes for a given
+//! time, and reading a job's unit.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ResourceQuota;
 use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase, QueueUnitStatus};
 use koord_queue_api::{ElasticQuota, Queue, QueueUnit, Resources, keys};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -361,4 +363,92 @@ impl Drop for UsageMonitor {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Creates a ResourceQuota `name` in `namespace` with `hard` limits and
+/// waits until kube-controller-manager has computed its status (before
+/// that, the API server rejects every pod the quota governs).
+pub async fn create_resource_quota(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    hard: &[(&str, &str)],
+) -> Result<()> {
+    let hard: serde_json::Map<String, serde_json::Value> = hard
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).into()))
+        .collect();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": { "name": name },
+        "spec": { "hard": hard },
+    }))?;
+    Api::<ResourceQuota>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &quota)
+        .await
+        .with_context(|| format!("creating ResourceQuota {namespace}/{name}"))?;
+    wait_resource_quota_enforced(client, namespace, name).await
+}
+
+/// Sets `resource` of ResourceQuota `namespace/name`'s hard limits to
+/// `amount` and waits until its status shows the new limit.
+pub async fn set_resource_quota_hard(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    resource: &str,
+    amount: &str,
+) -> Result<()> {
+    Api::<ResourceQuota>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "hard": { resource: amount } } })),
+        )
+        .await
+        .with_context(|| format!("patching ResourceQuota {namespace}/{name}"))?;
+    wait_resource_quota_enforced(client, namespace, name).await
+}
+
+/// Waits until the status of ResourceQuota `namespace/name` carries its
+/// spec's hard limits (the controller manager has caught up).
+async fn wait_resource_quota_enforced(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let api = Api::<ResourceQuota>::namespaced(client.clone(), namespace);
+    crate::fixtures::eventually(Duration::from_secs(30), || async {
+        let quota = api.get(name).await?;
+        let spec = quota.spec.and_then(|s| s.hard);
+        let status = quota.status.unwrap_or_default();
+        Ok(spec.is_some() && status.hard == spec && status.used.is_some())
+    })
+    .await
+    .with_context(|| format!("ResourceQuota {namespace}/{name} status not computed"))
+}
+
+/// `status.used[resource]` of ResourceQuota `namespace/name`.
+pub async fn resource_quota_used(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    resource: &str,
+) -> Result<Option<String>> {
+    let quota = Api::<ResourceQuota>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await?;
+    Ok(quota
+        .status
+        .and_then(|s| s.used)
+        .and_then(|mut u| u.remove(resource))
+        .map(|q| q.0))
+}
+
+/// `status.message` of job `name`'s unit.
+pub async fn message_of(client: &kube::Client, namespace: &str, name: &str) -> Result<String> {
+    Ok(unit_of_job(client, namespace, name)
+        .await?
+        .and_then(|u| u.status.and_then(|s| s.message))
+        .unwrap_or_default())
 }

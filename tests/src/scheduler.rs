@@ -24,6 +24,30 @@ pub fn test_args(lease_name: &str) -> koord_queue_scheduler::Args {
     args
 }
 
+/// `args` with the plugin configuration `yaml` (written into the control
+/// plane's directory and passed as `--config`).
+pub fn with_config(
+    mut args: koord_queue_scheduler::Args,
+    cp: &ControlPlane,
+    yaml: &str,
+) -> Result<koord_queue_scheduler::Args> {
+    let path = cp.dir().join(format!(
+        "{}.yaml",
+        crate::fixtures::unique_name("scheduler-config")
+    ));
+    std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+    args.config = Some(path);
+    Ok(args)
+}
+
+/// The default plugin configuration plus `ResourceQuota`.
+pub fn config_with_resource_quota() -> String {
+    format!(
+        "{}- name: ResourceQuota\n",
+        koord_queue_scheduler::DEFAULT_CONFIG
+    )
+}
+
 /// A scheduler replica running on the binary-long runtime.
 #[derive(Debug, Clone)]
 pub struct SchedulerReplica {
