@@ -119,11 +119,11 @@ async fn restart_and_failover_lose_nothing_and_release_nothing_twice() {
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("Released"))
         .count();
-    // Never two releases of one job; an Event of a release the killed leader
-    // had just written may be lost with it (Events are best effort), at most
-    // one per crash.
+    // Never two releases of one job (attempts == 1 above is the real check).
+    // Events are best effort and wait behind every other write: those still
+    // queued in a killed leader are lost with it, so no lower bound.
     assert!(
-        released <= jobs.len() && released + 2 >= jobs.len(),
+        released <= jobs.len(),
         "{released} Released events for {} jobs",
         jobs.len()
     );

@@ -123,6 +123,8 @@ async fn run(cli: Cli) -> Result<bool> {
     koord_queue_certs::install_crypto_provider();
 
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // Taken now: the tree may move on during a long run.
+    let source = source_revision();
     let load = proc_stats::load_average();
     eprintln!(
         "bench-e2e: {} jobs, {} leaf quotas, {} parents; phases {:?}; load average {:?}",
@@ -178,7 +180,7 @@ async fn run(cli: Cli) -> Result<bool> {
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             "load_average_at_start": load,
         },
-        "source": source_revision(),
+        "source": source,
         "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
     });
     let json = output::result_json(&shape, &command, settings, &results);
