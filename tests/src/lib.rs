@@ -4,6 +4,7 @@
 //! `tests/provision/provision.sh`, plus helpers the integration suites share.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod admin;
 pub mod background;
 pub mod bench;
 pub mod control_plane;
@@ -12,8 +13,10 @@ pub mod fixtures;
 pub mod install;
 pub mod job_crds;
 pub mod kubeconfig;
+pub mod load;
 pub mod metrics;
 pub mod pki;
+pub mod proc_stats;
 pub mod process;
 pub mod scheduler;
 pub mod shared;

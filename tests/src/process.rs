@@ -51,6 +51,18 @@ pub struct Process {
 impl Process {
     /// Starts `program args…`, logging stdout and stderr to `log`.
     pub fn start(name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<Self> {
+        Self::start_with_env(name, program, args, &[], log)
+    }
+
+    /// As [`Process::start`], with `env` added to the inherited environment
+    /// (e.g. `KUBECONFIG` for a component that has no kubeconfig flag).
+    pub fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &std::ffi::OsStr)],
+        log: PathBuf,
+    ) -> Result<Self> {
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut command = Command::new("setpriv");
@@ -60,6 +72,7 @@ impl Process {
             .arg("--")
             .arg(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

@@ -1,0 +1,387 @@
+//! Memory of the whole scheduler process with many QueueUnits cached
+//! (design §9: ≤ 400 MB RSS with 100,000 units).
+//!
+//!   cargo run --release -p koord-queue-tests --bin scheduler-memory -- \
+//!       [--units 100000] [--queues 1000] [--namespaces 50] [--concurrency 96]
+//!
+//! Starts a tier 1 control plane (etcd + kube-apiserver), creates the
+//! 3-level quota tree of the core benchmarks with `--queues` leaves and
+//! `--units` held batch Jobs, each with the QueueUnit the webhook would have
+//! created, then runs the real `koord-queue-scheduler` binary (a release
+//! build, made here with cargo unless `--scheduler-bin` names one) as a
+//! separate process. It waits until the scheduler is ready and its metrics
+//! count every unit, then until it has settled (its writes — adoptions,
+//! releases, reclaims, Events, positions — are done: none reaches the API
+//! server for `--settle-secs`), and reports VmRSS and VmHWM from
+//! `/proc/<pid>/status`. There is no job controller in tier
+//! 1: released jobs stay unsuspended without pods, so the units the quotas
+//! admit keep holding quota and the others keep waiting.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use koord_queue_tests::process::{Process, free_port};
+use koord_queue_tests::{ControlPlane, Tier, admin, fixtures, load, metrics, proc_stats};
+
+#[derive(Debug, Parser)]
+#[command(about = "Resident memory of the scheduler process with many QueueUnits cached")]
+struct Cli {
+    /// QueueUnits (each with its held Job).
+    #[arg(long, default_value_t = 100_000)]
+    units: usize,
+    /// Leaf quotas, hence queues (ten per middle quota, ten middles per parent).
+    #[arg(long, default_value_t = 1_000)]
+    queues: usize,
+    /// Namespaces the jobs are spread over.
+    #[arg(long, default_value_t = 50)]
+    namespaces: usize,
+    /// Creates in flight while loading.
+    #[arg(long, default_value_t = 96)]
+    concurrency: usize,
+    /// The scheduler binary; default: a release build made with cargo.
+    #[arg(long)]
+    scheduler_bin: Option<PathBuf>,
+    /// Settled: this long without a write to the kinds the scheduler writes.
+    #[arg(long, default_value_t = 15)]
+    settle_secs: u64,
+    /// Give up when the scheduler has not settled this long after its start.
+    #[arg(long, default_value_t = 1800)]
+    timeout_secs: u64,
+    /// Copy the scheduler's log here at the end.
+    #[arg(long)]
+    log_out: Option<PathBuf>,
+    /// Load the cluster, print how to run the scheduler against it (e.g.
+    /// under a heap profiler) and keep it until Ctrl-C; measure nothing.
+    #[arg(long)]
+    load_only: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    koord_queue_tests::init_tracing();
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("scheduler-memory: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The release build of the scheduler binary in this binary's target
+/// directory, built (or found up to date) by cargo.
+fn release_scheduler() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let target_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("cannot find the cargo target directory")?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!(
+        "building the scheduler (release) in {}",
+        target_dir.display()
+    );
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "koord-queue-scheduler"])
+        .args(["--bin", "koord-queue-scheduler", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo build of koord-queue-scheduler failed ({status})");
+    }
+    Ok(target_dir.join("release").join("koord-queue-scheduler"))
+}
+
+async fn load(cp: &ControlPlane, cli: &Cli) -> Result<Duration> {
+    let client = cp.client().await?;
+    fixtures::apply_koord_queue_crds(&client).await?;
+    fixtures::ensure_namespace(&client, koord_queue_api::keys::SYSTEM_NAMESPACE).await?;
+    for k in 0..cli.namespaces.min(cli.queues).max(1) {
+        fixtures::ensure_namespace(&client, &format!("ns-{k}")).await?;
+    }
+    load::create_all(&client, &load::quota_tree(cli.queues)?, cli.concurrency).await?;
+
+    let started = Instant::now();
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = {
+        let (done, total) = (done.clone(), cli.units);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                let n = done.load(Ordering::Relaxed);
+                println!(
+                    "  created {n}/{total} jobs and units ({:.0}/s)",
+                    n as f64 / started.elapsed().as_secs_f64()
+                );
+            }
+        })
+    };
+    let result = load::for_each_concurrent(cli.units, cli.concurrency, |n| {
+        let (client, done) = (&client, &done);
+        async move {
+            let (job, unit) = load::job_and_unit(n, cli.queues, cli.namespaces)?;
+            load::create(client, &job).await?;
+            load::create(client, &unit).await?;
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await;
+    progress.abort();
+    result?;
+    Ok(started.elapsed())
+}
+
+/// Writes to the kinds the scheduler writes (QueueUnits, Jobs, Queues,
+/// Events) that reached the API server, from `apiserver_request_total`; its
+/// Lease renewals and the API server's own housekeeping are left out.
+async fn api_writes(client: &kube::Client) -> Result<f64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+                && ["queueunits", "jobs", "queues", "events"]
+                    .iter()
+                    .any(|r| l.contains(&format!("resource=\"{r}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// One observation of the running scheduler.
+#[derive(Clone, Debug)]
+struct Sample {
+    at: Instant,
+    cpu_ticks: u64,
+    writes: f64,
+}
+
+#[derive(Debug, Default)]
+struct Milestones {
+    ready: Option<Duration>,
+    all_units: Option<(Duration, u64)>,
+    settled: Option<Duration>,
+    /// CPU share (of one core) over the settle window.
+    idle_cpu: f64,
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let bin = match &cli.scheduler_bin {
+        Some(bin) => bin.clone(),
+        None => release_scheduler()?,
+    };
+    let cp = ControlPlane::start(Tier::One).await?;
+    println!(
+        "loading {} units (with their held Jobs) into {} queues over {} namespaces, {} creates in flight",
+        cli.units, cli.queues, cli.namespaces, cli.concurrency
+    );
+    let load_time = load(&cp, &cli).await?;
+    println!(
+        "  loaded in {load_time:.1?} ({:.0} jobs+units/s)",
+        cli.units as f64 / load_time.as_secs_f64()
+    );
+
+    let config = cp.dir().join("scheduler-config.yaml");
+    std::fs::write(&config, load::scheduler_config(cli.queues))?;
+    let admin_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let log = cp.dir().join("koord-queue-scheduler.log");
+    let args: Vec<String> = [
+        format!("--config={}", config.display()),
+        format!("--admin-addr={admin_addr}"),
+        "--lease-name=scheduler-memory".into(),
+        "--identity=scheduler-memory".into(),
+        "--log-level=info,kube=warn".into(),
+    ]
+    .into();
+    if cli.load_only {
+        println!("loaded; run the scheduler against it with:");
+        println!(
+            "  KUBECONFIG={} {} {}",
+            cp.kubeconfig().display(),
+            bin.display(),
+            args.join(" ")
+        );
+        println!("Press Ctrl-C to stop.");
+        tokio::signal::ctrl_c().await?;
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut scheduler = Process::start_with_env(
+        "koord-queue-scheduler",
+        &bin,
+        &args,
+        &[("KUBECONFIG", cp.kubeconfig().as_os_str())],
+        log.clone(),
+    )?;
+    let pid = scheduler.pid();
+    println!("scheduler {} started (pid {pid})", bin.display());
+
+    let result = watch(&cp, &cli, &mut scheduler, admin_addr, started).await;
+    if let Some(out) = &cli.log_out {
+        std::fs::copy(&log, out)
+            .with_context(|| format!("copying the log to {}", out.display()))?;
+    }
+    let (milestones, rss, hwm, metrics) = result?;
+    scheduler.terminate(Duration::from_secs(15));
+
+    let secs =
+        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.1}s", d.as_secs_f64()));
+    println!();
+    println!("scheduler-memory report");
+    println!(
+        "  load:        {} QueueUnits + {} held Jobs, {} queues ({} quotas), {} namespaces; created in {:.1}s",
+        cli.units,
+        cli.units,
+        cli.queues,
+        load::quota_tree(cli.queues)?.len(),
+        cli.namespaces,
+        load_time.as_secs_f64()
+    );
+    println!("  scheduler:   {}", bin.display());
+    println!(
+        "  ready:       {} (/readyz: caches synced, first cycle run)",
+        secs(milestones.ready)
+    );
+    println!(
+        "  adopted:     {} (metrics pending + admitted = {}; RSS then {:.0} MiB)",
+        secs(milestones.all_units.map(|(d, _)| d)),
+        cli.units,
+        milestones.all_units.map_or(0.0, |(_, rss)| mib(rss))
+    );
+    println!(
+        "  settled:     {} (no write for {}s; CPU then {:.0} % of a core)",
+        secs(milestones.settled),
+        cli.settle_secs,
+        milestones.idle_cpu * 100.0
+    );
+    println!(
+        "  units:       {} pending, {} admitted; {} cycles run",
+        metrics::sum_of(&metrics, "koord_queue_scheduler_pending_units{"),
+        metrics::sum_of(&metrics, "koord_queue_scheduler_admitted_units{"),
+        metrics::sum_of(
+            &metrics,
+            "koord_queue_scheduler_cycle_duration_seconds_count"
+        )
+    );
+    println!(
+        "  VmRSS:       {:.1} MiB ({:.1} MB)",
+        mib(rss),
+        rss as f64 * 1024.0 / 1e6
+    );
+    println!(
+        "  VmHWM:       {:.1} MiB ({:.1} MB)",
+        mib(hwm),
+        hwm as f64 * 1024.0 / 1e6
+    );
+    println!("  target:      VmRSS ≤ 400 MB (design §9)");
+    Ok(())
+}
+
+/// Follows the scheduler until it has settled; returns the milestones,
+/// VmRSS and VmHWM (KiB) once settled, and its last metrics.
+async fn watch(
+    cp: &ControlPlane,
+    cli: &Cli,
+    scheduler: &mut Process,
+    admin_addr: std::net::SocketAddr,
+    started: Instant,
+) -> Result<(Milestones, u64, u64, String)> {
+    let client = cp.client().await?;
+    let pid = scheduler.pid();
+    let window = Duration::from_secs(cli.settle_secs);
+    let deadline = started + Duration::from_secs(cli.timeout_secs);
+    let mut m = Milestones::default();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut last_print = Instant::now();
+    loop {
+        scheduler.check_alive()?;
+        let now = Instant::now();
+        let ready = matches!(admin::get(admin_addr, "/readyz").await, Ok((200, _)));
+        if ready && m.ready.is_none() {
+            m.ready = Some(started.elapsed());
+            println!("  ready after {:.1?}", started.elapsed());
+        }
+        let metrics = admin::get(admin_addr, "/metrics")
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        let pending = metrics::sum_of(&metrics, "koord_queue_scheduler_pending_units{");
+        let admitted = metrics::sum_of(&metrics, "koord_queue_scheduler_admitted_units{");
+        let rss = proc_stats::status_kib(pid, "VmRSS")?;
+        if m.all_units.is_none() && (pending + admitted) as usize >= cli.units {
+            m.all_units = Some((started.elapsed(), rss));
+            println!(
+                "  all {} units in the metrics after {:.1?} (RSS {:.0} MiB)",
+                cli.units,
+                started.elapsed(),
+                mib(rss)
+            );
+        }
+        let sample = Sample {
+            at: now,
+            cpu_ticks: proc_stats::cpu_ticks(pid)?,
+            writes: api_writes(&client).await?,
+        };
+        samples.retain(|s| now.duration_since(s.at) <= window + Duration::from_secs(2));
+        let oldest = samples.first().cloned();
+        samples.push(sample.clone());
+        let cpu_share = |from: &Sample| {
+            let ticks = sample.cpu_ticks.saturating_sub(from.cpu_ticks) as f64;
+            ticks / proc_stats::TICKS_PER_SECOND as f64 / now.duration_since(from.at).as_secs_f64()
+        };
+        if last_print.elapsed() >= Duration::from_secs(10) {
+            last_print = Instant::now();
+            let recent = samples
+                .iter()
+                .rev()
+                .find(|s| now.duration_since(s.at) >= Duration::from_secs(5));
+            println!(
+                "  t={:>6.1}s RSS {:>6.1} MiB, pending {pending}, admitted {admitted}, CPU {:>3.0} %, API writes {:.0}",
+                started.elapsed().as_secs_f64(),
+                mib(rss),
+                recent.map_or(0.0, |s| cpu_share(s) * 100.0),
+                sample.writes
+            );
+        }
+        if let Some(oldest) = oldest
+            && m.all_units.is_some()
+            && ready
+            && now.duration_since(oldest.at) >= window
+            && sample.writes == oldest.writes
+        {
+            m.settled = Some(started.elapsed());
+            m.idle_cpu = cpu_share(&oldest);
+            let rss = proc_stats::status_kib(pid, "VmRSS")?;
+            let hwm = proc_stats::status_kib(pid, "VmHWM")?;
+            return Ok((m, rss, hwm, metrics));
+        }
+        if now > deadline {
+            bail!(
+                "the scheduler did not settle within {}s (RSS {:.0} MiB, pending {pending}, admitted {admitted}); log: {}",
+                cli.timeout_secs,
+                mib(rss),
+                scheduler.log_path().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
