@@ -24,6 +24,9 @@ pub const ROOT_QUOTA_NAME: &str = "koordinator-root-quota";
 pub const SUSPEND_ANNOTATION: &str = "scheduling.x-k8s.io/suspend";
 /// Job annotation, set by the webhook, with the name of the job's QueueUnit.
 pub const QUEUE_UNIT_ANNOTATION: &str = "koord-queue/queue-unit";
+/// Annotation on a queued job: the queue chosen at admission (so the unit
+/// can be re-created as admitted if it goes missing).
+pub const QUEUE_ANNOTATION: &str = "koord-queue/queue";
 /// Namespace label that opts a namespace into queueing.
 pub const ENABLED_NAMESPACE_LABEL: &str = "koord-queue/enabled";
 /// Namespace annotation naming the queue of jobs that name no quota.

@@ -119,7 +119,20 @@ async fn main() {
             .unwrap();
     }
     let (mut with, mut without) = (Vec::with_capacity(jobs), Vec::with_capacity(jobs));
+    let mut unit_alone = Vec::with_capacity(jobs);
+    let units: Api<koord_queue_api::QueueUnit> = Api::namespaced(admin.clone(), &plain_ns);
     for i in 0..jobs {
+        // What the webhook's nested call costs on its own.
+        let unit = koord_queue_api::QueueUnit::new(
+            &format!("unit-{i}"),
+            koord_queue_api::queue_unit::QueueUnitSpec {
+                queue: "team-a".into(),
+                ..Default::default()
+            },
+        );
+        let started = Instant::now();
+        units.create(&PostParams::default(), &unit).await.unwrap();
+        unit_alone.push(started.elapsed());
         let started = Instant::now();
         plain
             .create(&PostParams::default(), &job(&format!("job-{i}")))
@@ -139,6 +152,7 @@ async fn main() {
     );
     let base = summary("without webhook", &mut without);
     let hooked = summary("with webhook", &mut with);
+    summary("QueueUnit alone", &mut unit_alone);
     println!(
         "  ratio of medians: {:.2}x (target <= 1.5x)",
         hooked.as_secs_f64() / base.as_secs_f64()

@@ -234,7 +234,11 @@ async fn a_framework_job_is_released_with_the_chart_rbac() {
         .clone();
     let units: Api<QueueUnit> = Api::namespaced(client.clone(), &ns);
     fixtures::eventually(LONG, || async {
-        let phase = units.get(&unit_name).await?.status.and_then(|s| s.phase);
+        let phase = units
+            .get_opt(&unit_name)
+            .await?
+            .and_then(|u| u.status)
+            .and_then(|s| s.phase);
         Ok(phase == Some(Dequeued))
     })
     .await
@@ -370,11 +374,14 @@ async fn each_identity_cannot_do_what_it_does_not_need() {
         (&scheduler, vec!["list", "pods", "-A"], true),
         (&scheduler, vec!["list", "secrets", "-A"], false),
         (&scheduler, vec!["get", "secrets", "-n", NS], false),
+        // Units of held jobs whose unit never appeared.
         (
             &scheduler,
             vec!["create", "queueunits.scheduling.x-k8s.io", "-n", "team"],
-            false,
+            true,
         ),
+        (&scheduler, vec!["get", "priorityclasses"], true),
+        (&scheduler, vec!["delete", "priorityclasses"], false),
         (
             &scheduler,
             vec!["delete", "jobs.batch", "-n", "team"],

@@ -340,6 +340,74 @@ async fn deleted_jobs_free_quota_and_orphans_are_collected() {
     .expect("the orphan unit is collected after the grace period");
 }
 
+/// The webhook answered but its QueueUnit create never happened (it was
+/// killed with the create in its backlog): the scheduler creates the unit of
+/// the held job after the grace period, built from the job, and the job runs.
+/// A unit that existed and was deleted is not re-created (design §3 rule 3).
+#[tokio::test]
+async fn a_held_job_whose_unit_never_appeared_gets_one() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    // Not opted in, so the webhook stays out: the jobs arrive held and
+    // annotated as the webhook answers, but nobody created their units.
+    let ns = fixtures::create_namespace(&client, false).await.unwrap();
+    create_quota(&client, "rep", None, true, "0", "2", None)
+        .await
+        .unwrap();
+    create_quota(&client, "rep-q", Some("rep"), false, "0", "2", None)
+        .await
+        .unwrap();
+    let held = |name: &str, cpu: &str| {
+        let mut job: Job = serde_yaml::from_str(&job_yaml(name, "rep-q", cpu, "1s")).unwrap();
+        job.spec.as_mut().unwrap().suspend = Some(true);
+        job.metadata.annotations = Some(
+            [
+                (
+                    keys::QUEUE_UNIT_ANNOTATION.to_string(),
+                    format!("{name}-lost0001"),
+                ),
+                (keys::QUEUE_ANNOTATION.to_string(), "rep-q".to_string()),
+            ]
+            .into(),
+        );
+        job
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let units: Api<QueueUnit> = Api::namespaced(client.clone(), &ns);
+    jobs.create(&PostParams::default(), &held("lost", "1"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "lost", &[Succeed], LONG)
+        .await
+        .unwrap();
+    let unit = units.get("lost-lost0001").await.unwrap();
+    assert_eq!(unit.spec.queue, "rep-q");
+    assert_eq!(unit.spec.resource["cpu"].0, "1");
+    assert_eq!(unit.spec.consumer_ref.name.as_deref(), Some("lost"));
+    assert_eq!(
+        unit.metadata.labels.unwrap_or_default()[keys::QUOTA_NAME_LABEL],
+        "rep-q"
+    );
+
+    // More than the quota's max: it waits. Its unit, once deleted, stays gone
+    // and the job stays held.
+    jobs.create(&PostParams::default(), &held("blocked", "4"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "blocked", &[Enqueued], LONG)
+        .await
+        .unwrap();
+    units
+        .delete("blocked-lost0001", &DeleteParams::background())
+        .await
+        .unwrap();
+    // Grace (5 s in tests) and a few housekeeping passes.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(units.get_opt("blocked-lost0001").await.unwrap().is_none());
+    let job = jobs.get("blocked").await.unwrap();
+    assert_eq!(job.spec.unwrap().suspend, Some(true));
+}
+
 /// A job kind whose CRD appears after the scheduler started is followed
 /// without a restart: a TFJob is released (annotation removed,
 /// `runPolicy.suspend: false`) and its unit finishes with it.
@@ -388,7 +456,11 @@ async fn a_job_kind_installed_later_is_followed_without_restart() {
         .clone();
     let units: Api<QueueUnit> = Api::namespaced(client.clone(), &ns);
     fixtures::eventually(Duration::from_secs(90), || async {
-        let phase = units.get(&unit_name).await?.status.and_then(|s| s.phase);
+        let phase = units
+            .get_opt(&unit_name)
+            .await?
+            .and_then(|u| u.status)
+            .and_then(|s| s.phase);
         Ok(phase == Some(Dequeued))
     })
     .await

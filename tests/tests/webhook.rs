@@ -158,10 +158,15 @@ async fn unit_of(client: &kube::Client, ns: &str, job: &Value) -> QueueUnit {
     let name = job["metadata"]["annotations"][keys::QUEUE_UNIT_ANNOTATION]
         .as_str()
         .unwrap_or_else(|| panic!("no {} annotation on {job}", keys::QUEUE_UNIT_ANNOTATION));
-    Api::<QueueUnit>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .unwrap()
+    // Created right after the webhook's answer: give it a moment.
+    let api = Api::<QueueUnit>::namespaced(client.clone(), ns);
+    for _ in 0..500 {
+        if let Some(unit) = api.get_opt(name).await.unwrap() {
+            return unit;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("QueueUnit {ns}/{name} was not created");
 }
 
 #[tokio::test]
@@ -316,14 +321,6 @@ async fn dry_run_generate_name_and_missing_quota() {
         .await
         .unwrap();
     assert_eq!(dry.spec.unwrap().suspend, Some(true));
-    assert!(
-        units
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
 
     // generateName: the webhook names the job; the unit names that name.
     let generated = jobs_api
@@ -334,6 +331,10 @@ async fn dry_run_generate_name_and_missing_quota() {
     assert!(name.starts_with("gen-") && name.len() > 4, "{name}");
     let unit = unit_of(&client, &ns, &serde_json::to_value(&generated).unwrap()).await;
     assert_eq!(unit.spec.consumer_ref.name.as_deref(), Some(name.as_str()));
+    // Units are created within milliseconds of the answer: had the dry run
+    // queued one, it would exist by now too.
+    let all = units.list(&Default::default()).await.unwrap().items;
+    assert_eq!(all.len(), 1, "only the real create has a unit: {all:?}");
 
     // A quota that does not exist, and a parent quota: refused, quotas listed.
     let err = jobs_api

@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
 use koord_queue_api::jobs::{self, JobAdapter};
 use koord_queue_api::keys;
-use koord_queue_api::queue_unit::{PodSet, QueueUnit, QueueUnitSpec};
+use koord_queue_api::queue_unit::QueueUnit;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
@@ -113,11 +112,7 @@ fn decide_create(
     let kind = adapter.kind();
     let what = format!("{} {namespace}/{name}", kind.kind);
 
-    let pod_sets = match adapter.pod_sets(job) {
-        Ok(sets) => sets,
-        Err(error) => return Verdict::Deny(format!("{what} cannot be queued: {error}")),
-    };
-    let labels = string_map(job, "labels");
+    let labels = jobs::unit::string_map(job, "labels");
     let queue = match choose_queue(&labels, &namespace, view, policy) {
         Ok(queue) => queue,
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
@@ -143,50 +138,22 @@ fn decide_create(
     }
     adapter.hold(&mut held);
     jobs::set_annotation(&mut held, keys::QUEUE_UNIT_ANNOTATION, &unit_name);
+    jobs::set_annotation(&mut held, keys::QUEUE_ANNOTATION, &queue);
     let patch = json_patch::diff(job, &held);
-
-    let total = jobs::total_resources(&pod_sets).to_list();
-    let pod_set = match pod_sets
-        .into_iter()
-        .map(|set| {
-            let template =
-                serde_json::from_value::<PodTemplateSpec>(set.template).map_err(|e| {
-                    format!("pod set {}: the pod template cannot be read: {e}", set.name)
-                })?;
-            Ok(PodSet {
-                name: set.name,
-                count: set.count,
-                template,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()
-    {
-        Ok(sets) => sets,
-        Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
+    let placement = jobs::UnitPlacement {
+        namespace,
+        job_name: name,
+        unit_name,
+        queue,
+        priority_class_name,
+        priority,
     };
-    let mut unit = QueueUnit::new(
-        &unit_name,
-        QueueUnitSpec {
-            consumer_ref: ObjectReference {
-                api_version: Some(kind.api_version()),
-                kind: Some(kind.kind.to_string()),
-                namespace: Some(namespace.clone()),
-                name: Some(name),
-                ..Default::default()
-            },
-            priority: Some(priority),
-            priority_class_name,
-            queue,
-            resource: total.clone(),
-            request: total,
-            pod_set,
+    match jobs::queue_unit(adapter, job, placement) {
+        Ok(unit) => Verdict::Hold {
+            patch,
+            unit: Box::new(unit),
         },
-    );
-    unit.metadata.namespace = Some(namespace);
-    unit.metadata.labels = Some(labels);
-    Verdict::Hold {
-        patch,
-        unit: Box::new(unit),
+        Err(message) => Verdict::Deny(format!("{what} cannot be queued: {message}")),
     }
 }
 
@@ -355,16 +322,4 @@ fn priority(
             .map(|(name, value)| (Some(name), value))
             .unwrap_or((None, 0))),
     }
-}
-
-fn string_map(job: &Value, field: &str) -> BTreeMap<String, String> {
-    job.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -77,13 +77,21 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub header_timeout: Duration,
 
-    /// QueueUnit creates in flight at most; further reviews wait for a slot
-    /// (within their time budget). Bounds the nested calls the webhook makes
-    /// to the API server while it holds the user's request open.
+    /// QueueUnit creates in flight at most; further creates wait for a slot.
+    /// Bounds the calls the webhook makes to the API server, in particular
+    /// the nested ones it makes while it holds a user's request open.
     #[arg(long, env = "KQ_WEBHOOK_MAX_CONCURRENT_CREATES", default_value_t = 32)]
     pub max_concurrent_creates: usize,
 
-    /// How long in-flight reviews may take to finish after SIGTERM.
+    /// QueueUnits of answered jobs waiting to be created at most. While
+    /// creates succeed, a held job's unit is created right after the answer;
+    /// with a full backlog (or after a failed create) reviews create the unit
+    /// themselves and refuse the job if that fails.
+    #[arg(long, env = "KQ_WEBHOOK_UNIT_BACKLOG", default_value_t = 10_000)]
+    pub unit_backlog: usize,
+
+    /// How long in-flight reviews, then the QueueUnit backlog, may take to
+    /// finish after SIGTERM (each).
     #[arg(long, env = "KQ_WEBHOOK_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 

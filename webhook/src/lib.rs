@@ -14,6 +14,7 @@ mod metrics;
 mod policy;
 mod server;
 mod service;
+mod unit_creator;
 mod view;
 
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ pub use metrics::Metrics;
 pub use policy::Policy;
 pub use server::{router, serve_tls};
 pub use service::Webhook;
+pub use unit_creator::{CreatorConfig, UnitCreator};
 pub use view::{ClusterView, QuotaInfo};
 
 /// Readiness condition: informer caches have their initial lists.
@@ -74,18 +76,21 @@ pub struct Running {
     /// Readiness as `/readyz` reports it.
     pub readiness: Readiness,
     handle: axum_server::Handle<SocketAddr>,
+    webhook: Arc<Webhook>,
     drain_timeout: Duration,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
-    /// Becomes unready at once, lets in-flight reviews finish (within the
+    /// Becomes unready at once, lets in-flight reviews finish, then creates
+    /// the QueueUnits of answered jobs still in the backlog (each within the
     /// drain timeout) and stops.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.readiness.start_draining();
         self.handle.graceful_shutdown(Some(self.drain_timeout));
         let result = self.serving.await;
+        self.webhook.units.drain(self.drain_timeout).await;
         for task in self.background {
             task.abort();
         }
@@ -112,6 +117,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         review_timeout,
         header_timeout,
         max_concurrent_creates,
+        unit_backlog,
         drain_timeout,
         log_format: _,
         log_level: _,
@@ -157,6 +163,15 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
     })];
 
     let caches = Caches::start(client.clone());
+    let api: Arc<dyn ApiAccess> = Arc::new(KubeApi::new(client));
+    let units = UnitCreator::start(
+        api.clone(),
+        metrics.clone(),
+        CreatorConfig {
+            backlog: unit_backlog,
+            ..CreatorConfig::new(max_concurrent_creates)
+        },
+    );
     let webhook = Arc::new(Webhook {
         policy: Policy {
             enabled_kinds: enabled_kinds.into_iter().collect(),
@@ -165,9 +180,9 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
             scheduler_groups,
         },
         view: Arc::new(caches.clone()),
-        api: Arc::new(KubeApi::new(client)),
+        api,
         metrics,
-        create_slots: tokio::sync::Semaphore::new(max_concurrent_creates.max(1)),
+        units,
         review_timeout,
         synced: Default::default(),
     });
@@ -192,7 +207,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
 
     let handle = axum_server::Handle::new();
     tracing::info!(%listen_addr, %admin_addr, "serving admission reviews");
-    let app = router(webhook, max_body_bytes);
+    let app = router(webhook.clone(), max_body_bytes);
     let serving = tokio::spawn(serve_tls(
         listener,
         rustls,
@@ -205,6 +220,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         admin_addr,
         readiness,
         handle,
+        webhook,
         drain_timeout,
         serving,
         background,

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -20,7 +21,8 @@ pub struct ReviewLabels {
 /// Labels of a failed QueueUnit create.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CreateErrorLabels {
-    /// timeout, conflict, api.
+    /// api (the API server refused or failed), conflict (the name is taken
+    /// by another job's unit).
     pub reason: String,
 }
 
@@ -31,8 +33,11 @@ pub struct Metrics {
     pub reviews: Family<ReviewLabels, Counter>,
     /// Time to answer a review, seconds.
     pub review_duration: Family<ReviewLabels, Histogram>,
-    /// QueueUnit creates that failed (the job was refused).
+    /// QueueUnit create attempts that failed. Inside a review the job was
+    /// refused; after the answer the create is retried.
     pub unit_create_errors: Family<CreateErrorLabels, Counter>,
+    /// QueueUnits whose job has been answered and that are not created yet.
+    pub unit_backlog: Gauge,
 }
 
 impl Metrics {
@@ -45,6 +50,7 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.0001, 2.0, 18))
             }),
             unit_create_errors: Family::default(),
+            unit_backlog: Gauge::default(),
         };
         let registry = registry.sub_registry_with_prefix("koord_queue_webhook");
         registry.register(
@@ -59,8 +65,13 @@ impl Metrics {
         );
         registry.register(
             "queue_unit_create_errors",
-            "QueueUnit creates that failed; the job was refused",
+            "QueueUnit create attempts that failed (inside a review the job was refused; after the answer they are retried)",
             metrics.unit_create_errors.clone(),
+        );
+        registry.register(
+            "queue_unit_backlog",
+            "QueueUnits of answered jobs not created yet",
+            metrics.unit_backlog.clone(),
         );
         metrics
     }

@@ -11,13 +11,13 @@ use koord_queue_api::QueueUnit;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
-use tokio::sync::Semaphore;
 use tracing::{Instrument, field};
 
 use crate::admit::{self, RequestObjects, Verdict};
-use crate::api_access::{ApiAccess, Created};
-use crate::metrics::{CreateErrorLabels, Metrics, ReviewLabels};
+use crate::api_access::ApiAccess;
+use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::Policy;
+use crate::unit_creator::UnitCreator;
 use crate::view::{ClusterView, QuotaInfo};
 
 /// Everything a review needs; shared by all requests.
@@ -30,8 +30,8 @@ pub struct Webhook {
     pub api: Arc<dyn ApiAccess>,
     /// Metrics.
     pub metrics: Metrics,
-    /// Bounds concurrent QueueUnit creates.
-    pub create_slots: Semaphore,
+    /// Creates the QueueUnits of held jobs.
+    pub units: UnitCreator,
     /// Time budget of one review.
     pub review_timeout: Duration,
     /// Whether the caches have their initial lists; until then CREATEs are
@@ -226,7 +226,7 @@ impl Webhook {
             Verdict::Deny(message) => (allow.deny(message), "denied"),
             Verdict::Hold { patch, unit } => {
                 if !request.dry_run
-                    && let Err(message) = self.create_unit(&unit).await
+                    && let Err(message) = self.units.create(*unit).await
                 {
                     return (allow.deny(message), "denied");
                 }
@@ -248,8 +248,8 @@ impl Webhook {
                 Ok(Some(u)) => (allow.deny(waiting_message(&job, &u)), "denied"),
                 Ok(None) => (
                     allow.deny(format!(
-                        "job {namespace}/{job} stays held: its QueueUnit {unit} no longer exists. \
-                         Delete and re-create the job to queue it again"
+                        "job {namespace}/{job} stays held: its QueueUnit {unit} does not exist \
+                         (not created yet, or deleted; a deleted unit is re-created for a held job)"
                     )),
                     "denied",
                 ),
@@ -284,42 +284,6 @@ impl Webhook {
                 tracing::warn!(%error, namespace = ns, "cannot read namespace");
                 None
             }
-        }
-    }
-
-    async fn create_unit(&self, unit: &QueueUnit) -> Result<(), String> {
-        let name = format!(
-            "{}/{}",
-            unit.metadata.namespace.as_deref().unwrap_or(""),
-            unit.metadata.name.as_deref().unwrap_or("")
-        );
-        let fail = |reason: &str, message: String| {
-            self.metrics
-                .unit_create_errors
-                .get_or_create(&CreateErrorLabels {
-                    reason: reason.to_string(),
-                })
-                .inc();
-            Err(message)
-        };
-        let Ok(_slot) = self.create_slots.acquire().await else {
-            return fail("shutdown", "the webhook is shutting down; retry".into());
-        };
-        match self.api.create_unit(unit).await {
-            Ok(Created::New) => Ok(()),
-            Ok(Created::Existing(existing))
-                if existing.spec.consumer_ref == unit.spec.consumer_ref =>
-            {
-                Ok(())
-            }
-            Ok(Created::Existing(_)) => fail(
-                "conflict",
-                format!("cannot queue the job: QueueUnit {name} exists and belongs to another job"),
-            ),
-            Err(e) => fail(
-                "api",
-                format!("cannot queue the job: creating QueueUnit {name} failed: {e}"),
-            ),
         }
     }
 }

@@ -74,10 +74,7 @@ async fn create_holds_the_job_and_creates_its_unit() {
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
         .as_str()
         .unwrap();
-    let units = api.units.lock().unwrap();
-    let unit = units
-        .get(&("team-ns".to_string(), unit_name.to_string()))
-        .expect("unit created");
+    let unit = api.created_unit("team-ns", unit_name).await;
     assert_eq!(unit.spec.queue, "team-a");
     assert_eq!(unit.spec.pod_set[0].count, 3);
     assert_eq!(unit.spec.resource["cpu"].0, "1500m");
@@ -166,6 +163,11 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
     )
     .await;
     let held = patched(&job, &body);
+    let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.created_unit("team-ns", &unit_name).await;
     let mut lifted = held.clone();
     lifted["spec"]["suspend"] = json!(false);
 
@@ -190,10 +192,6 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
     assert_eq!(body["response"]["allowed"], true);
 
     // Once the unit is released, anyone may (e.g. the job controller's own updates).
-    let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
-        .as_str()
-        .unwrap()
-        .to_string();
     api.units
         .lock()
         .unwrap()

@@ -21,10 +21,12 @@ pub mod registry;
 pub mod spark;
 #[cfg(test)]
 mod test_support;
+pub mod unit;
 
 pub use json::{annotation, remove_annotation, set_annotation, set_path};
 pub use pod_request::{pod_spec_requests, pod_template_requests};
 pub use registry::{all, extensions, for_api_version, for_extension, for_kind};
+pub use unit::{UnitPlacement, queue_unit};
 
 /// Identity of a job kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

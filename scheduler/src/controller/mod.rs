@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod records;
 pub mod sources;
 mod state;
+mod unit_repair;
 pub mod writes;
 
 pub use state::{CACHES_SYNCED, Controller, FIRST_CYCLE, Settings};

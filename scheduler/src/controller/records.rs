@@ -219,6 +219,8 @@ pub struct JobRecord {
     pub state: JobState,
     /// Whether the job is being deleted.
     pub deleting: bool,
+    /// Creation time, ms since the epoch (0 if unknown).
+    pub created_ms: i64,
 }
 
 impl JobRecord {
@@ -239,6 +241,11 @@ impl JobRecord {
             held: adapter.is_held(&json),
             state: adapter.state(&json),
             deleting: object.metadata.deletion_timestamp.is_some(),
+            created_ms: object
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_millisecond()),
         })
     }
 

@@ -32,6 +32,11 @@ const QUEUE_DETAILS_LIMIT: usize = 1000;
 const VISIBILITY_BUDGET: usize = 200;
 /// Minimum interval between two "Waiting" Events of one job.
 const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
+/// Only jobs younger than this get a missing unit re-created: the webhook's
+/// create of an answered job is late by seconds at most, while an old held
+/// job without its unit had it deleted (design §3 rule 3), perhaps while no
+/// scheduler was running to see it.
+const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
 
 /// Tunables of the controller.
 #[derive(Clone, Debug)]
@@ -191,6 +196,12 @@ pub struct Controller {
     quota_used_series: HashSet<QuotaLabels>,
     last_visibility_pass: Option<Instant>,
     held_missing_unit: HashSet<JobKey>,
+    /// Jobs whose unit this process saw deleted: never re-created (§3 rule 3).
+    unit_deleted: HashSet<JobKey>,
+    /// Held jobs whose unit has not appeared, since when.
+    missing_unit_since: HashMap<JobKey, Instant>,
+    /// Jobs whose unit is being re-created.
+    recreating: HashSet<JobKey>,
     retry: HashSet<Key>,
     /// Units whose next step depends on the clock (backoff, timeouts).
     timed: HashSet<Key>,
@@ -243,6 +254,9 @@ impl Controller {
             quota_used_series: HashSet::new(),
             last_visibility_pass: None,
             held_missing_unit: HashSet::new(),
+            unit_deleted: HashSet::new(),
+            missing_unit_since: HashMap::new(),
+            recreating: HashSet::new(),
             retry: HashSet::new(),
             timed: HashSet::new(),
             pods: HashMap::new(),
@@ -386,6 +400,7 @@ impl Controller {
         else {
             return;
         };
+        self.unit_deleted.insert(job.key());
         if job.deleting
             || matches!(job.state, JobState::Succeeded | JobState::Failed)
             || !self.leads()
@@ -415,7 +430,10 @@ impl Controller {
                 }
             }
             Change::Deleted(ns, name) => {
-                if let Some(rec) = self.jobs.remove(&JobKey::new(kind, &ns, &name)) {
+                let job_key = JobKey::new(kind, &ns, &name);
+                self.unit_deleted.remove(&job_key);
+                self.missing_unit_since.remove(&job_key);
+                if let Some(rec) = self.jobs.remove(&job_key) {
                     let unit = key(&rec.namespace, &rec.unit_name);
                     if self.units.contains_key(&unit) {
                         self.reconcile(&unit);
@@ -1131,6 +1149,13 @@ impl Controller {
         tracing::debug!(operation = write.operation(), unit = ?write.unit(), ?outcome, "write done");
         let Some(k) = write.unit().cloned() else {
             match &write {
+                Write::RecreateUnit { job, .. } => {
+                    self.recreating.remove(&JobKey::new(
+                        job.adapter.kind().kind,
+                        &job.namespace,
+                        &job.name,
+                    ));
+                }
                 Write::EnsureQueue { name, .. }
                 | Write::DeleteQueue { name }
                 | Write::QueueStatus { name, .. } => {
@@ -1344,6 +1369,7 @@ impl Controller {
         }
         self.collect_orphans();
         self.hold_jobs_without_unit();
+        self.recreate_missing_units();
         self.sync_queues_with_quotas();
         let now = Instant::now();
         if self
@@ -1399,6 +1425,56 @@ impl Controller {
             self.event(&job_ref, true, "QueueUnitMissing", format!(
                 "QueueUnit {} does not exist: the job is held. Delete and re-create the job to queue it again",
                 job.unit_name
+            ));
+        }
+    }
+
+    /// A held job whose unit never appeared within the grace period gets
+    /// it created (the webhook answered but did not create it, e.g. it was
+    /// killed). Only for jobs younger than [`RECREATE_WINDOW_MS`] whose unit
+    /// this process never saw deleted: a deleted unit is not re-created
+    /// (design §3 rule 3).
+    fn recreate_missing_units(&mut self) {
+        let now = Instant::now();
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let mut missing = HashMap::new();
+        let mut due = Vec::new();
+        for job in self.jobs.values() {
+            let job_key = job.key();
+            if !job.held
+                || job.deleting
+                || finished(job.state)
+                || now_ms - job.created_ms > RECREATE_WINDOW_MS
+                || self.unit_deleted.contains(&job_key)
+                || self.recreating.contains(&job_key)
+                || self
+                    .units
+                    .contains_key(&key(&job.namespace, &job.unit_name))
+            {
+                continue;
+            }
+            let since = self
+                .missing_unit_since
+                .get(&job_key)
+                .copied()
+                .unwrap_or(now);
+            if now.duration_since(since) >= self.settings.orphan_grace {
+                due.push(job.clone());
+            } else {
+                missing.insert(job_key, since);
+            }
+        }
+        self.missing_unit_since = missing;
+        for job in due {
+            self.recreating.insert(job.key());
+            let job_ref = job_ref(&job);
+            self.writer.submit(Write::RecreateUnit {
+                unit: key(&job.namespace, &job.unit_name),
+                job: job_ref.clone(),
+            });
+            self.event(&job_ref, true, "QueueUnitRecreated", format!(
+                "QueueUnit {} did not appear within {:?} of the job's admission: created from the job",
+                job.unit_name, self.settings.orphan_grace
             ));
         }
     }

@@ -95,6 +95,14 @@ pub enum Write {
         /// The job.
         job: JobRef,
     },
+    /// Create the unit of a held job whose unit never appeared (the webhook
+    /// answered but did not create it).
+    RecreateUnit {
+        /// The unit.
+        unit: Key,
+        /// The job.
+        job: JobRef,
+    },
     /// Publish a waiting unit's place and reason.
     Visibility {
         /// The unit.
@@ -157,7 +165,8 @@ pub struct JobRef {
 }
 
 impl JobRef {
-    fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
+    /// The API of the job's kind in its namespace.
+    pub(super) fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
         let kind = self.adapter.kind();
         let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
@@ -546,6 +555,22 @@ impl Writer {
                 let (_, hold) = hold_release_patches(job.adapter);
                 self.patch_job(job, &hold).await.map(|()| None)
             }
+            Write::RecreateUnit { unit, job } => {
+                let (_, name) = split(unit);
+                match super::unit_repair::recreate(&self.client, job, name).await {
+                    Ok(created) => {
+                        if created {
+                            tracing::info!(%unit, job = %job.name, "re-created the missing QueueUnit of a held job");
+                        }
+                        Ok(None)
+                    }
+                    Err(super::unit_repair::RepairError::Api(e)) => Err(e),
+                    Err(super::unit_repair::RepairError::Job(message)) => {
+                        tracing::warn!(%unit, job = %job.name, %message, "cannot re-create the missing QueueUnit");
+                        Ok(None)
+                    }
+                }
+            }
             Write::Visibility {
                 unit,
                 position,
@@ -658,6 +683,7 @@ impl Write {
             | Self::Backoff { .. }
             | Self::Phase { .. }
             | Self::HoldJob { .. }
+            | Self::RecreateUnit { .. }
             | Self::DeleteUnit { .. }
             | Self::EnsureQueue { .. }
             | Self::DeleteQueue { .. } => Lane::Lifecycle,
@@ -672,6 +698,7 @@ impl Write {
             Self::Backoff { .. } => "backoff",
             Self::Phase { .. } => "phase",
             Self::HoldJob { .. } => "hold_job",
+            Self::RecreateUnit { .. } => "recreate_unit",
             Self::Visibility { .. } => "visibility",
             Self::DeleteUnit { .. } => "delete_unit",
             Self::EnsureQueue { .. } => "ensure_queue",

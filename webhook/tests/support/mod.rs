@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use koord_queue_api::QueueUnit;
-use koord_queue_webhook::{ApiAccess, ClusterView, Created, Metrics, Policy, QuotaInfo, Webhook};
+use koord_queue_webhook::{
+    ApiAccess, ClusterView, Created, CreatorConfig, Metrics, Policy, QuotaInfo, UnitCreator,
+    Webhook,
+};
 
 /// A fixed cluster: quotas (name → is_parent), namespaces' default queues,
 /// PriorityClasses.
@@ -94,6 +97,21 @@ impl ApiAccess for MemoryApi {
     }
 }
 
+impl MemoryApi {
+    /// The unit `namespace/name` once it has been created (creates happen
+    /// right after the review is answered); panics after 5 s.
+    pub async fn created_unit(&self, namespace: &str, name: &str) -> QueueUnit {
+        let key = (namespace.to_string(), name.to_string());
+        for _ in 0..2500 {
+            if let Some(unit) = self.units.lock().unwrap().get(&key) {
+                return unit.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("QueueUnit {namespace}/{name} was not created");
+    }
+}
+
 /// The view used by most tests: leaf quotas team-a/team-b under parent org,
 /// PriorityClass high = 1000, namespace `defaulted` → queue team-b.
 pub fn standard_view() -> FixedView {
@@ -115,6 +133,8 @@ pub const SCHEDULER: &str = "system:serviceaccount:koord-queue:koord-queue-sched
 /// A webhook over `view` and `api`, caches synced, every kind enabled.
 pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
     let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let units = UnitCreator::start(api.clone(), metrics.clone(), CreatorConfig::new(16));
     Arc::new(Webhook {
         policy: Policy {
             enabled_kinds: ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"]
@@ -127,8 +147,8 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
         },
         view: Arc::new(view),
         api,
-        metrics: Metrics::register(&mut registry),
-        create_slots: tokio::sync::Semaphore::new(16),
+        metrics,
+        units,
         review_timeout: Duration::from_secs(5),
         synced: true.into(),
     })
