@@ -168,13 +168,13 @@ impl UnitState {
     fn def(&self) -> UnitDef {
         let r = &self.rec;
         UnitDef {
-            namespace: r.namespace.clone(),
+            namespace: r.namespace.to_string(),
             name: r.name.clone(),
-            queue: r.queue.clone(),
+            queue: r.queue.to_string(),
             priority: r.priority,
             created_ms: r.created_ms,
             request: r.request.clone(),
-            quota: r.quota.clone(),
+            quota: r.quota.as_deref().map(str::to_string),
             labels: r.labels.to_map(),
         }
     }
@@ -638,7 +638,7 @@ impl Controller {
 fn job_ref(job: &JobRecord) -> JobRef {
     JobRef {
         adapter: job.adapter,
-        namespace: job.namespace.clone(),
+        namespace: job.namespace.to_string(),
         name: job.name.clone(),
         uid: job.uid.clone(),
     }
