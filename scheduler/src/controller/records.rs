@@ -63,18 +63,16 @@ pub fn rv_number(rv: Option<&str>) -> Option<u64> {
 }
 
 /// Labels of a unit, sorted by key. A `BTreeMap` node costs ~550 bytes even
-/// for the one label a unit usually carries; 100,000 units are cached.
+/// for the one label a unit usually carries; 100,000 units are cached. Keys
+/// and values are shared names: units repeat the same few keys, and values
+/// such as the quota name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Labels(Box<[(Box<str>, Box<str>)]>);
+pub struct Labels(Box<[(Name, Name)]>);
 
 impl Labels {
     /// The labels of `map`.
     pub fn from_map(map: &BTreeMap<String, String>) -> Self {
-        Self(
-            map.iter()
-                .map(|(k, v)| (Box::from(k.as_str()), Box::from(v.as_str())))
-                .collect(),
-        )
+        Self(map.iter().map(|(k, v)| (intern(k), intern(v))).collect())
     }
 
     /// The value of label `key`.
@@ -141,7 +139,7 @@ pub struct UnitRecord {
     /// `status.lastAllocateTime`, ms since the epoch.
     pub allocated_ms: Option<i64>,
     /// Pod sets: name, count and resources of the whole set.
-    pub pod_sets: Vec<(String, i32, Resources)>,
+    pub pod_sets: Box<[(Name, i32, Resources)]>,
     /// Whether the unit is being deleted.
     pub deleting: bool,
     /// Whether `spec.resource` could not be read (the unit is then never released).
@@ -218,7 +216,7 @@ impl UnitRecord {
                         .and_then(|t| jobs::pod_template_requests(&t).ok())
                         .unwrap_or_default();
                     (
-                        ps.name.clone(),
+                        intern(&ps.name),
                         ps.count,
                         per_pod.scaled(i64::from(ps.count)),
                     )

@@ -75,8 +75,9 @@ struct UnitState {
     released_here: bool,
     /// The job was seen running (unheld) since its release.
     release_ack: bool,
-    /// Why it waits, as last computed.
-    reason: Option<String>,
+    /// Why it waits, as last computed (boxed: a rendered String keeps the
+    /// spare capacity of its growth, for each of 100,000 waiting units).
+    reason: Option<Box<str>>,
     last_published: Option<Instant>,
     last_waiting_event: Option<Instant>,
     released_at: Option<Instant>,
@@ -1125,7 +1126,7 @@ impl Controller {
         }
         for (k, reason) in out.waiting {
             if let Some(st) = self.units.get_mut(&k) {
-                st.reason = Some(reason.to_string());
+                st.reason = Some(reason.to_string().into_boxed_str());
             }
         }
     }
@@ -1919,7 +1920,7 @@ fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
         .map(|(name, count, resources)| {
             sum.add(resources);
             Admission {
-                name: name.clone(),
+                name: name.to_string(),
                 replicas: *count,
                 running: 0,
                 resources: resources.to_list(),
