@@ -50,6 +50,9 @@ pub enum Input {
     Pod(Change<Box<PodRecord>>),
 }
 
+/// Objects per page of an initial list: bounds what one response holds.
+pub const LIST_PAGE_SIZE: u32 = 500;
+
 /// Name of a watched source, for sync tracking.
 pub type SourceName = &'static str;
 
@@ -63,7 +66,12 @@ pub fn start(
     resource_quotas: bool,
     tx: mpsc::Sender<Input>,
 ) -> Vec<SourceName> {
-    let config = watcher::Config::default().any_semantic();
+    // Initial lists and relists are paginated (most-recent semantic, pages
+    // of LIST_PAGE_SIZE). With the "any" semantic (resourceVersion=0) the
+    // API server answers from its watch cache and ignores the page size:
+    // 100,000 QueueUnits (or Jobs) arrive as one response that the client
+    // buffers and decodes whole, several hundred MB at once (design §9).
+    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let mut sources = vec!["queueunits", "queues", "elasticquotas", "nodes"];
 
     spawn(

@@ -3,6 +3,7 @@
 //! core and the records never race.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use koord_queue_api::jobs::JobState;
@@ -14,8 +15,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
 use super::records::{
-    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, PodRecord, QUEUE_FOR_QUOTA_LABEL,
-    QueueRecord, QuotaRecord, UnitRecord, key,
+    JobKey, JobRecord, Key, Labels, NamespaceQuotaRecord, NodeRecord, PodRecord,
+    QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
 };
 use super::sources::{Change, Input, SourceName};
 use super::writes::{JobRef, Outcome, Write, Writer, Written};
@@ -66,8 +67,9 @@ enum Membership {
 struct UnitState {
     rec: UnitRecord,
     member: Membership,
-    /// The definition last given to the core (to skip no-op upserts).
-    given: Option<UnitDef>,
+    /// Fingerprint of the definition last given to the core (to skip no-op
+    /// upserts without keeping a second copy of every unit's fields).
+    given: Option<u64>,
     /// An adopt/release/phase/hold/delete write is in flight.
     busy: bool,
     /// A position/reason write is in flight.
@@ -78,8 +80,9 @@ struct UnitState {
     released_here: bool,
     /// The job was seen running (unheld) since its release.
     release_ack: bool,
-    /// Why it waits, as last computed.
-    reason: Option<String>,
+    /// Why it waits, as last computed (boxed: a rendered String keeps the
+    /// spare capacity of its growth, for each of 100,000 waiting units).
+    reason: Option<Box<str>>,
     last_published: Option<Instant>,
     last_waiting_event: Option<Instant>,
     released_at: Option<Instant>,
@@ -157,17 +160,28 @@ impl UnitState {
         self.rec.position = None;
     }
 
+    /// Fingerprint of what [`UnitState::def`] would return.
+    fn def_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let r = &self.rec;
+        // Not RandomState: a fingerprint is only compared within this process.
+        let mut h = std::hash::DefaultHasher::new();
+        (&r.namespace, &r.name, &r.queue, r.priority, r.created_ms).hash(&mut h);
+        (&r.request, &r.quota, &r.labels).hash(&mut h);
+        h.finish()
+    }
+
     fn def(&self) -> UnitDef {
         let r = &self.rec;
         UnitDef {
-            namespace: r.namespace.clone(),
+            namespace: r.namespace.to_string(),
             name: r.name.clone(),
-            queue: r.queue.clone(),
+            queue: r.queue.to_string(),
             priority: r.priority,
             created_ms: r.created_ms,
             request: r.request.clone(),
-            quota: r.quota.clone(),
-            labels: r.labels.clone(),
+            quota: r.quota.as_deref().map(str::to_string),
+            labels: r.labels.to_map(),
         }
     }
 }
@@ -176,7 +190,10 @@ impl UnitState {
 pub struct Controller {
     core: Core,
     settings: Settings,
-    units: HashMap<Key, UnitState>,
+    /// Boxed: a map's table grows by doubling, so up to about half of its
+    /// slots are empty; with the state inline (~550 bytes) 100,000 units
+    /// took a 74 MB table, and the old table too while it was rehashed.
+    units: HashMap<Key, Box<UnitState>>,
     jobs: HashMap<JobKey, JobRecord>,
     quotas: HashMap<String, QuotaRecord>,
     queues: HashMap<String, QueueRecord>,
@@ -195,6 +212,8 @@ pub struct Controller {
     /// Quota usage series published non-zero by the last metrics pass.
     quota_used_series: HashSet<QuotaLabels>,
     last_visibility_pass: Option<Instant>,
+    /// Whether a visibility pass can find anything to write.
+    visibility: VisibilityGate,
     held_missing_unit: HashSet<JobKey>,
     /// Jobs whose unit this process saw deleted: never re-created (§3 rule 3).
     unit_deleted: HashSet<JobKey>,
@@ -253,6 +272,7 @@ impl Controller {
             queue_published: HashMap::new(),
             quota_used_series: HashSet::new(),
             last_visibility_pass: None,
+            visibility: VisibilityGate::default(),
             held_missing_unit: HashSet::new(),
             unit_deleted: HashSet::new(),
             missing_unit_since: HashMap::new(),
@@ -300,9 +320,16 @@ impl Controller {
                     tracing::info!("controller stopping");
                     return;
                 }
-                Some(w) = written.recv() => self.on_written(w),
-                Some(input) = inputs.recv() => self.on_input(input),
+                Some(w) = written.recv() => {
+                    self.visibility.changed();
+                    self.on_written(w);
+                }
+                Some(input) = inputs.recv() => {
+                    self.visibility.changed();
+                    self.on_input(input);
+                }
                 changed = leadership.changed() => {
+                    self.visibility.changed();
                     if changed.is_err() {
                         tracing::warn!("leader election ended; controller stopping");
                         return;
@@ -311,6 +338,7 @@ impl Controller {
                     self.on_leadership(leads);
                 }
                 _ = cycle => {
+                    self.visibility.changed();
                     self.cycle_due = None;
                     self.cycle();
                 }
@@ -371,7 +399,7 @@ impl Controller {
                         st.rec = *rec;
                     }
                     None => {
-                        self.units.insert(k.clone(), UnitState::new(*rec));
+                        self.units.insert(k.clone(), Box::new(UnitState::new(*rec)));
                     }
                 }
                 self.reconcile(&k);
@@ -629,7 +657,7 @@ impl Controller {
 fn job_ref(job: &JobRecord) -> JobRef {
     JobRef {
         adapter: job.adapter,
-        namespace: job.namespace.clone(),
+        namespace: job.namespace.to_string(),
         name: job.name.clone(),
         uid: job.uid.clone(),
     }
@@ -667,7 +695,7 @@ impl Controller {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
-        let def = st.def();
+        let fingerprint = st.def_fingerprint();
         let mut changed = false;
         match (st.member, desired) {
             (Membership::Absent, Membership::Absent) => {}
@@ -677,12 +705,12 @@ impl Controller {
                 changed = true;
             }
             (from, to) => {
-                if st.given.as_ref() != Some(&def) {
-                    if let Err(error) = self.core.upsert_unit(&def) {
+                if st.given != Some(fingerprint) {
+                    if let Err(error) = self.core.upsert_unit(&st.def()) {
                         tracing::warn!(unit = %k, %error, "unit not schedulable");
                         return;
                     }
-                    st.given = Some(def);
+                    st.given = Some(fingerprint);
                     changed = true;
                 }
                 match (from, to) {
@@ -707,6 +735,7 @@ impl Controller {
         }
         st.member = desired;
         if changed {
+            self.visibility.changed();
             self.request_cycle();
         }
     }
@@ -1115,7 +1144,7 @@ impl Controller {
         }
         for (k, reason) in out.waiting {
             if let Some(st) = self.units.get_mut(&k) {
-                st.reason = Some(reason.to_string());
+                st.reason = Some(reason.to_string().into_boxed_str());
             }
         }
     }
@@ -1372,13 +1401,15 @@ impl Controller {
         self.recreate_missing_units();
         self.sync_queues_with_quotas();
         let now = Instant::now();
-        if self
-            .last_visibility_pass
-            .is_none_or(|t| now.duration_since(t) >= self.settings.status_interval)
+        if self.visibility.due()
+            && self
+                .last_visibility_pass
+                .is_none_or(|t| now.duration_since(t) >= self.settings.status_interval)
         {
             self.last_visibility_pass = Some(now);
-            self.publish_positions(now);
-            self.publish_queue_status(now);
+            let positions_done = self.publish_positions(now);
+            let queues_done = self.publish_queue_status(now);
+            self.visibility.passed(positions_done && queues_done);
         }
     }
 
@@ -1533,46 +1564,17 @@ impl Controller {
 
     /// Positions and reasons of waiting units, written only when changed and
     /// at most once per status interval per unit, within a budget per pass.
-    fn publish_positions(&mut self, now: Instant) {
-        let mut budget = VISIBILITY_BUDGET;
-        let queues: Vec<String> = self.core.queues().map(|q| q.name.to_string()).collect();
-        let mut writes = Vec::new();
-        for queue in queues {
-            for w in self.core.queue_waiting(&queue) {
-                if budget == 0 {
-                    break;
-                }
-                let k: &str = w.key;
-                let Some(st) = self.units.get(k) else {
-                    continue;
-                };
-                if st.busy || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
-                    continue;
-                }
-                if st
-                    .last_published
-                    .is_some_and(|t| now.duration_since(t) < self.settings.status_interval)
-                {
-                    continue;
-                }
-                let position = i64::try_from(w.position).ok();
-                let reason = w
-                    .reason
-                    .map(|r| r.to_string())
-                    .or_else(|| st.reason.clone());
-                let message = match reason {
-                    Some(r) => format!("position {} in queue {queue}: {r}", w.position),
-                    None => format!("position {} in queue {queue}", w.position),
-                };
-                if st.rec.position == position
-                    && st.rec.message.as_deref() == Some(message.as_str())
-                {
-                    continue;
-                }
-                budget -= 1;
-                writes.push((st.rec.key(), position, message));
-            }
-        }
+    /// Returns whether the pass was complete: every waiting unit compared,
+    /// none left for a later pass.
+    fn publish_positions(&mut self, now: Instant) -> bool {
+        let scan = scan_positions(
+            &self.core,
+            &self.units,
+            now,
+            self.settings.status_interval,
+            VISIBILITY_BUDGET,
+        );
+        let writes = scan.writes;
         for (k, position, message) in writes {
             let Some(st) = self.units.get_mut(&k) else {
                 continue;
@@ -1603,11 +1605,14 @@ impl Controller {
                 message,
             });
         }
+        scan.complete
     }
 
     /// `Queue.status`: the first waiting units in order and the counts,
-    /// written only when changed.
-    fn publish_queue_status(&mut self, now: Instant) {
+    /// written only when changed. Returns whether every Queue was compared
+    /// (none left for a later pass).
+    fn publish_queue_status(&mut self, now: Instant) -> bool {
+        let mut complete = true;
         let warnings: Vec<(String, String)> = self
             .core
             .min_warnings()
@@ -1616,11 +1621,36 @@ impl Controller {
             .collect();
         let names: Vec<String> = self.queues.keys().cloned().collect();
         for name in names {
-            if self.queue_writes.contains(&name)
-                || self
-                    .queue_published
-                    .get(&name)
-                    .is_some_and(|t| now.duration_since(*t) < self.settings.status_interval)
+            // A Queue with a write in flight is looked at again when its
+            // result arrives (which reopens the gate).
+            if self.queue_writes.contains(&name) {
+                continue;
+            }
+            if self
+                .queue_published
+                .get(&name)
+                .is_some_and(|t| now.duration_since(*t) < self.settings.status_interval)
+            {
+                complete = false;
+                continue;
+            }
+            let counts = self.core.queue_counts(&name).unwrap_or_default();
+            // Most passes change nothing: compare with the published status
+            // in place before building a new one (up to 1,000 entries of two
+            // strings for each of 1,000 queues, every pass).
+            if let Some(published) = self.queues.get(&name).and_then(|q| q.status.as_ref())
+                && published.pending == i64::try_from(counts.pending).ok()
+                && published.admitted == i64::try_from(counts.admitted).ok()
+                && published.queue_item_details.len() == 1
+                && details_match(
+                    published
+                        .queue_item_details
+                        .get("active")
+                        .map_or(&[], Vec::as_slice),
+                    self.core.queue_waiting(&name).take(QUEUE_DETAILS_LIMIT),
+                )
+                && min_conditions(&name, &warnings, published.conditions.clone())
+                    == published.conditions
             {
                 continue;
             }
@@ -1638,7 +1668,6 @@ impl Controller {
                     }
                 })
                 .collect();
-            let counts = self.core.queue_counts(&name).unwrap_or_default();
             let Some(queue) = self.queues.get_mut(&name) else {
                 continue;
             };
@@ -1662,6 +1691,7 @@ impl Controller {
                 status: Box::new(status),
             });
         }
+        complete
     }
 
     fn publish_metrics(&mut self) {
@@ -1808,8 +1838,130 @@ fn strip_position(message: Option<&str>) -> Option<&str> {
     message.map(|m| m.split_once(": ").map_or(m, |(_, reason)| reason))
 }
 
+/// Tells whether a visibility pass can find anything new. The pass compares
+/// every waiting unit's rendered position and reason with what it last
+/// published; with 100,000 waiting units that took 15-20 % of a core every
+/// status interval on an idle scheduler. What is rendered depends only on the
+/// core and the controller's records, which change only when an input, a
+/// write result, a cycle or a leadership change is handled: each of those
+/// bumps the generation, and a complete pass at an unchanged generation has
+/// nothing left to find.
+#[derive(Debug, Default)]
+struct VisibilityGate {
+    generation: u64,
+    /// The generation at the end of the last complete pass.
+    clean_at: Option<u64>,
+}
+
+impl VisibilityGate {
+    /// Something the pass depends on may have changed.
+    fn changed(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// Whether a pass may find something to write.
+    fn due(&self) -> bool {
+        self.clean_at != Some(self.generation)
+    }
+
+    /// A pass ran; `complete` when it left nothing for a later pass (no
+    /// budget exhausted, no unit or Queue deferred by its status interval).
+    fn passed(&mut self, complete: bool) {
+        self.clean_at = complete.then_some(self.generation);
+    }
+}
+
+/// What a visibility pass over the waiting units found.
+#[derive(Debug, Default)]
+struct PositionScan {
+    /// `(unit, position, message)` to write.
+    writes: Vec<(Key, Option<i64>, String)>,
+    /// Every waiting unit was compared and none was deferred.
+    complete: bool,
+    /// Messages rendered for the comparison.
+    rendered: usize,
+}
+
+/// The waiting units whose published position or reason is out of date, at
+/// most `budget`, skipping units published less than `interval` ago.
+fn scan_positions(
+    core: &Core,
+    units: &HashMap<Key, Box<UnitState>>,
+    now: Instant,
+    interval: Duration,
+    budget: usize,
+) -> PositionScan {
+    let mut scan = PositionScan {
+        complete: true,
+        ..PositionScan::default()
+    };
+    // Rendered into one buffer, allocated only for a write (100,000 units
+    // would otherwise churn 200,000 strings per pass).
+    let mut message = String::new();
+    for queue in core.queues() {
+        for w in core.queue_waiting(queue.name) {
+            if scan.writes.len() >= budget {
+                scan.complete = false;
+                return scan;
+            }
+            let Some(st) = units.get(w.key) else {
+                continue;
+            };
+            // Busy or publishing units are looked at again when their write
+            // result arrives (which reopens the gate).
+            if st.busy || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
+                continue;
+            }
+            if st
+                .last_published
+                .is_some_and(|t| now.duration_since(t) < interval)
+            {
+                scan.complete = false;
+                continue;
+            }
+            let position = i64::try_from(w.position).ok();
+            message.clear();
+            let _ = write!(message, "position {} in queue {}", w.position, queue.name);
+            let _ = match (w.reason, &st.reason) {
+                (Some(r), _) => write!(message, ": {r}"),
+                (None, Some(r)) => write!(message, ": {r}"),
+                (None, None) => Ok(()),
+            };
+            scan.rendered += 1;
+            if st.rec.position == position && st.rec.message.as_deref() == Some(message.as_str()) {
+                continue;
+            }
+            scan.writes.push((st.rec.key(), position, message.clone()));
+        }
+    }
+    scan
+}
+
 fn finished(state: JobState) -> bool {
     matches!(state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Whether `published` lists exactly the units of `waiting`, in order.
+fn details_match<'a>(
+    published: &[QueueItemDetail],
+    waiting: impl Iterator<Item = crate::core::WaitingUnit<'a>>,
+) -> bool {
+    let mut n = 0;
+    for w in waiting {
+        let Some(p) = published.get(n) else {
+            return false;
+        };
+        let (ns, name) = split_key(w.key);
+        if p.name != name
+            || p.namespace != ns
+            || p.priority != w.priority
+            || usize::try_from(p.position).ok() != Some(w.position)
+        {
+            return false;
+        }
+        n += 1;
+    }
+    n == published.len()
 }
 
 /// Where unit `rec` belongs in the core given its job.
@@ -1844,7 +1996,7 @@ fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
         .map(|(name, count, resources)| {
             sum.add(resources);
             Admission {
-                name: name.clone(),
+                name: name.to_string(),
                 replicas: *count,
                 running: 0,
                 resources: resources.to_list(),
@@ -1925,7 +2077,7 @@ fn jitter_seed(key: &str, count: i32) -> u64 {
 /// Whether `labels` satisfy a Kubernetes label selector; no selector matches all.
 pub fn selector_matches(
     selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    labels: &BTreeMap<String, String>,
+    labels: &Labels,
 ) -> bool {
     let Some(selector) = selector else {
         return true;
@@ -1934,13 +2086,14 @@ pub fn selector_matches(
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+        .all(|(k, v)| labels.get(k) == Some(v.as_str()));
     let expressions = selector.match_expressions.iter().flatten().all(|e| {
         let values = e.values.as_deref().unwrap_or_default();
         let value = labels.get(&e.key);
+        let listed = |v: &str| values.iter().any(|x| x == v);
         match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "In" => value.is_some_and(listed),
+            "NotIn" => value.is_none_or(|v| !listed(v)),
             "Exists" => value.is_some(),
             "DoesNotExist" => value.is_none(),
             _ => false,
@@ -1963,6 +2116,97 @@ mod tests {
         assert_eq!(backoff_delay(50, mid), Duration::from_secs(900));
         assert_eq!(backoff_delay(1, 0), Duration::from_secs(9));
         assert_eq!(backoff_delay(1, 199), Duration::from_millis(10_990));
+    }
+
+    /// A core with one queue `q` (quota `q`, 4 cpu of capacity) and ten
+    /// waiting 2-cpu units `ns/u0`..`ns/u9`, a cycle run (two released, the
+    /// rest waiting with a reason), and the controller's states of the
+    /// waiting units, Enqueued.
+    fn waiting_units() -> (Core, HashMap<Key, Box<UnitState>>) {
+        let mut core = Core::from_yaml(
+            "plugins:\n- name: Priority\n- name: ElasticQuota\n  args: { rootCapacity: { cpu: \"4\" } }\n",
+        )
+        .expect("a valid configuration");
+        core.upsert_queue(&QueueDef::new("q"));
+        core.upsert_quota(&QuotaDef::new("q").max("cpu", 4000))
+            .expect("a valid quota");
+        let mut units = HashMap::new();
+        for i in 0..10 {
+            let name = format!("u{i}");
+            let def = UnitDef::new("ns", &name)
+                .with_quota("q")
+                .requesting("cpu", 2000)
+                .created_at(i);
+            core.upsert_unit(&def).expect("a valid unit");
+            let mut st = found_reserved();
+            st.rec.name = name;
+            st.rec.phase = Some(QueueUnitPhase::Enqueued);
+            units.insert(key("ns", &st.rec.name), Box::new(st));
+        }
+        let out = core.run_cycle();
+        for d in &out.decisions {
+            units.remove(&d.unit);
+        }
+        assert_eq!(units.len(), 8, "two released, eight waiting");
+        (core, units)
+    }
+
+    #[test]
+    fn a_visibility_pass_writes_what_changed_and_nothing_when_unchanged() {
+        let (core, mut units) = waiting_units();
+        let interval = Duration::from_secs(2);
+        let now = Instant::now();
+        let first = scan_positions(&core, &units, now, interval, 200);
+        assert!(first.complete);
+        assert_eq!((first.rendered, first.writes.len()), (8, 8));
+        let (k, position, message) = &first.writes[0];
+        assert_eq!(&**k, "ns/u2");
+        assert_eq!(*position, Some(1));
+        assert!(message.starts_with("position 1 in queue q: "), "{message}");
+        // The writes land (as their watch events or results would record).
+        for (k, position, message) in first.writes {
+            let st = units.get_mut(&k).expect("a waiting unit");
+            st.rec.position = position;
+            st.rec.message = Some(message);
+        }
+        let again = scan_positions(&core, &units, now + interval, interval, 200);
+        assert!(again.complete && again.writes.is_empty());
+
+        // Nothing changed since that complete pass: the next pass does not
+        // run at all, so it renders and writes nothing.
+        let mut gate = VisibilityGate::default();
+        assert!(gate.due(), "the first pass runs");
+        gate.passed(again.complete);
+        assert!(!gate.due());
+        assert!(!gate.due(), "still nothing changed");
+        // Any input, write result, cycle or leadership change reopens it.
+        gate.changed();
+        assert!(gate.due());
+    }
+
+    #[test]
+    fn a_deferred_or_cut_short_visibility_pass_is_run_again() {
+        let (core, mut units) = waiting_units();
+        let interval = Duration::from_secs(2);
+        let now = Instant::now();
+        // Over budget: the rest is for the next pass.
+        let cut = scan_positions(&core, &units, now, interval, 3);
+        assert_eq!(cut.writes.len(), 3);
+        assert!(!cut.complete);
+        // A unit published within the status interval is deferred.
+        for st in units.values_mut() {
+            st.last_published = Some(now);
+        }
+        let deferred = scan_positions(&core, &units, now, interval, 200);
+        assert!(deferred.writes.is_empty());
+        assert!(!deferred.complete);
+        let mut gate = VisibilityGate::default();
+        gate.passed(deferred.complete);
+        assert!(gate.due(), "an incomplete pass leaves the gate open");
+        // Once the interval is over the deferred units are written.
+        let later = scan_positions(&core, &units, now + interval, interval, 200);
+        assert!(later.complete);
+        assert_eq!(later.writes.len(), 8);
     }
 
     /// A unit as a starting scheduler finds it: Reserved, checks pending.
@@ -2029,7 +2273,8 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
             LabelSelector, LabelSelectorRequirement,
         };
-        let labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        let map: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        let labels = Labels::from_map(&map);
         assert!(selector_matches(None, &labels));
         let sel = |match_labels: Option<BTreeMap<String, String>>,
                    exprs: Vec<(&str, &str, Vec<&str>)>| LabelSelector {
@@ -2046,7 +2291,7 @@ mod tests {
             ),
         };
         assert!(selector_matches(
-            Some(&sel(Some(labels.clone()), vec![])),
+            Some(&sel(Some(map.clone()), vec![])),
             &labels
         ));
         assert!(!selector_matches(

@@ -49,8 +49,9 @@ struct Cli {
     /// Settled: this long without a write to the kinds the scheduler writes.
     #[arg(long, default_value_t = 15)]
     settle_secs: u64,
-    /// Give up when the scheduler has not settled this long after its start.
-    #[arg(long, default_value_t = 1800)]
+    /// Report anyway when the scheduler has not settled this long after its
+    /// start (100,000 fresh units take ~35 min of writes on 2 busy cores).
+    #[arg(long, default_value_t = 3600)]
     timeout_secs: u64,
     /// Copy the scheduler's log here at the end.
     #[arg(long)]
@@ -268,8 +269,10 @@ async fn run(cli: Cli) -> Result<()> {
         milestones.all_units.map_or(0.0, |(_, rss)| mib(rss))
     );
     println!(
-        "  settled:     {} (no write for {}s; CPU then {:.0} % of a core)",
-        secs(milestones.settled),
+        "  settled:     {} (no write for {}s; CPU over the last window {:.0} % of a core)",
+        milestones
+            .settled
+            .map_or("not settled".to_string(), |d| secs(Some(d))),
         cli.settle_secs,
         milestones.idle_cpu * 100.0
     );
@@ -362,25 +365,27 @@ async fn watch(
                 sample.writes
             );
         }
-        if let Some(oldest) = oldest
+        if let Some(oldest) = &oldest
             && m.all_units.is_some()
             && ready
             && now.duration_since(oldest.at) >= window
             && sample.writes == oldest.writes
         {
             m.settled = Some(started.elapsed());
-            m.idle_cpu = cpu_share(&oldest);
+            m.idle_cpu = cpu_share(oldest);
             let rss = proc_stats::status_kib(pid, "VmRSS")?;
             let hwm = proc_stats::status_kib(pid, "VmHWM")?;
             return Ok((m, rss, hwm, metrics));
         }
         if now > deadline {
-            bail!(
-                "the scheduler did not settle within {}s (RSS {:.0} MiB, pending {pending}, admitted {admitted}); log: {}",
-                cli.timeout_secs,
-                mib(rss),
-                scheduler.log_path().display()
+            // Still worth reporting: the figures at this point, unsettled.
+            println!(
+                "  not settled within {}s: reporting the figures as they are",
+                cli.timeout_secs
             );
+            m.idle_cpu = oldest.as_ref().map_or(0.0, cpu_share);
+            let hwm = proc_stats::status_kib(pid, "VmHWM")?;
+            return Ok((m, rss, hwm, metrics));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
