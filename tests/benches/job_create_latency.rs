@@ -2,7 +2,14 @@
 //! path versus without it, measured in the same run (design §9 target:
 //! ≤ 1.5×), and a burst of concurrent creates that must all be admitted.
 //!
-//!   cargo bench -p koord-queue-tests --bench job_create_latency -- [--jobs N] [--burst N]
+//!   cargo bench -p koord-queue-tests --bench job_create_latency -- [--jobs N] [--burst N] [--pause-ms N]
+//!
+//! The sequential series pause `--pause-ms` (default 20) between creates so
+//! that each create meets an API server that has finished the previous one's
+//! work, including the webhook's QueueUnit create made right after its
+//! answer: that is the latency one user's `kubectl create` sees. With
+//! `--pause-ms 0` the loop saturates the API server and measures throughput
+//! as much as latency.
 //!
 //! Jobs are created by an ordinary user (RBAC-bound, subject to API Priority
 //! and Fairness), not the cluster admin.
@@ -81,6 +88,7 @@ async fn grant_job_creation(admin: &kube::Client, user: &str) {
 async fn main() {
     let jobs = arg("--jobs", 400);
     let burst = arg("--burst", 1000);
+    let pause = Duration::from_millis(arg("--pause-ms", 20) as u64);
     let cp = ControlPlane::start(Tier::One).await.unwrap();
     let admin = cp.client().await.unwrap();
     fixtures::apply_koord_queue_crds(&admin).await.unwrap();
@@ -133,12 +141,14 @@ async fn main() {
         let started = Instant::now();
         units.create(&PostParams::default(), &unit).await.unwrap();
         unit_alone.push(started.elapsed());
+        tokio::time::sleep(pause).await;
         let started = Instant::now();
         plain
             .create(&PostParams::default(), &job(&format!("job-{i}")))
             .await
             .unwrap();
         without.push(started.elapsed());
+        tokio::time::sleep(pause).await;
         let started = Instant::now();
         let created = queued
             .create(&PostParams::default(), &job(&format!("job-{i}")))
@@ -146,9 +156,10 @@ async fn main() {
             .unwrap();
         with.push(started.elapsed());
         assert_eq!(created.spec.unwrap().suspend, Some(true));
+        tokio::time::sleep(pause).await;
     }
     println!(
-        "job create latency through kube-apiserver v1.35.4 ({jobs} sequential creates each, same run)"
+        "job create latency through kube-apiserver v1.35.4 ({jobs} sequential creates each, {pause:?} apart, same run)"
     );
     let base = summary("without webhook", &mut without);
     let hooked = summary("with webhook", &mut with);

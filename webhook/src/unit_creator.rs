@@ -44,6 +44,11 @@ pub struct CreatorConfig {
     /// How long a create after the answer is retried before it is left to
     /// the scheduler's repair.
     pub give_up_after: Duration,
+    /// How long after the answer a create starts at the earliest. The
+    /// answered job is still being validated and stored by the API server;
+    /// a unit create started at once competes with it for the same API
+    /// server and etcd, and the job create a user waits for gets slower.
+    pub linger: Duration,
 }
 
 impl CreatorConfig {
@@ -55,6 +60,7 @@ impl CreatorConfig {
             first_retry: Duration::from_millis(100),
             max_retry: Duration::from_secs(5),
             give_up_after: Duration::from_secs(120),
+            linger: Duration::from_millis(10),
         }
     }
 }
@@ -84,7 +90,7 @@ struct Shared {
 pub struct UnitCreator {
     shared: Arc<Shared>,
     /// The backlog; `None` once draining.
-    backlog: Mutex<Option<mpsc::Sender<QueueUnit>>>,
+    backlog: Mutex<Option<mpsc::Sender<(Instant, QueueUnit)>>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -124,13 +130,14 @@ impl UnitCreator {
         if self.shared.healthy.load(Ordering::Acquire) {
             let sender = self.backlog.lock().ok().and_then(|tx| tx.clone());
             if let Some(sender) = sender {
-                match sender.try_send(unit) {
+                match sender.try_send((Instant::now(), unit)) {
                     Ok(()) => {
                         self.shared.metrics.unit_backlog.inc();
                         return Ok(());
                     }
                     Err(
-                        mpsc::error::TrySendError::Full(u) | mpsc::error::TrySendError::Closed(u),
+                        mpsc::error::TrySendError::Full((_, u))
+                        | mpsc::error::TrySendError::Closed((_, u)),
                     ) => {
                         unit = u;
                     }
@@ -179,13 +186,14 @@ impl UnitCreator {
 
 /// Takes units from the backlog and creates each in its own task, at most
 /// `max_in_flight` at a time; returns once the backlog is closed and done.
-async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<QueueUnit>) {
+async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<(Instant, QueueUnit)>) {
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some(unit) = rx.recv().await {
+    while let Some((answered, unit)) = rx.recv().await {
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
         let shared = shared.clone();
         tasks.spawn(async move {
+            tokio::time::sleep_until((answered + shared.config.linger).into()).await;
             shared.create_with_retries(unit).await;
             shared.metrics.unit_backlog.dec();
         });
