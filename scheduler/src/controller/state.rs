@@ -1471,12 +1471,16 @@ impl Controller {
         let mut missing = HashMap::new();
         let mut due = Vec::new();
         for job in self.jobs.values() {
-            let job_key = job.key();
+            // The cheap tests first: this runs over every job on every tick.
             if !job.held
                 || job.deleting
                 || finished(job.state)
                 || now_ms - job.created_ms > RECREATE_WINDOW_MS
-                || self.unit_deleted.contains(&job_key)
+            {
+                continue;
+            }
+            let job_key = job.key();
+            if self.unit_deleted.contains(&job_key)
                 || self.recreating.contains(&job_key)
                 || self
                     .units
