@@ -243,11 +243,13 @@ async fn a_framework_job_is_released_with_the_chart_rbac() {
     })
     .await
     .expect("the scheduler releases the TFJob (patch tfjobs)");
-    let released = serde_json::to_value(tfjobs.get("tf").await.unwrap()).unwrap();
-    assert_eq!(
-        released["spec"]["runPolicy"]["suspend"],
-        serde_json::json!(false)
-    );
+    // The unit's status is written first, then the job's hold is lifted.
+    fixtures::eventually(LONG, || async {
+        let released = serde_json::to_value(tfjobs.get("tf").await?)?;
+        Ok(released["spec"]["runPolicy"]["suspend"] == serde_json::json!(false))
+    })
+    .await
+    .expect("the TFJob is released: runPolicy.suspend false");
     tfjobs
         .patch_status(
             "tf",

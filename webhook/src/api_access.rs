@@ -3,8 +3,10 @@
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Namespace;
-use koord_queue_api::{QueueUnit, keys};
-use kube::api::{Api, PostParams};
+use koord_queue_api::{ElasticQuota, QueueUnit, keys};
+use kube::api::{Api, ListParams, PostParams};
+
+use crate::view::QuotaInfo;
 
 /// Outcome of a QueueUnit create.
 #[derive(Debug)]
@@ -31,6 +33,8 @@ pub trait ApiAccess: Send + Sync {
         &'a self,
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, kube::Error>>;
+    /// Reads an ElasticQuota directly (one the cache has not seen yet).
+    fn quota<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>>;
 }
 
 /// [`ApiAccess`] through a kube client.
@@ -84,6 +88,19 @@ impl ApiAccess for KubeApi {
                 .await?
                 .and_then(|ns| ns.metadata.annotations)
                 .and_then(|mut a| a.remove(keys::DEFAULT_QUEUE_ANNOTATION)))
+        })
+    }
+
+    fn quota<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>> {
+        let api: Api<ElasticQuota> = Api::all(self.client.clone());
+        Box::pin(async move {
+            let found = api
+                .list_metadata(&ListParams::default().fields(&format!("metadata.name={name}")))
+                .await?;
+            Ok(found.items.into_iter().next().map(|quota| QuotaInfo {
+                name: name.to_string(),
+                is_parent: crate::caches::is_parent(&quota),
+            }))
         })
     }
 }

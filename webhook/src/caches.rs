@@ -161,7 +161,8 @@ impl ClusterView for Caches {
     }
 }
 
-fn is_parent(quota: &PartialObjectMeta<ElasticQuota>) -> bool {
+/// Whether a quota is a parent (label `quota.scheduling.koordinator.sh/is-parent`).
+pub(crate) fn is_parent(quota: &PartialObjectMeta<ElasticQuota>) -> bool {
     quota
         .metadata
         .labels

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use koord_queue_api::QueueUnit;
+use koord_queue_api::{QueueUnit, keys};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
@@ -216,8 +216,8 @@ impl Webhook {
                 "error",
             );
         }
-        let fresh_namespace = self.fresh_namespace_view(request).await;
-        let verdict = match &fresh_namespace {
+        let fresh = self.fresh_view(request, objects).await;
+        let verdict = match &fresh {
             Some(view) => admit::decide(request, objects, view, &self.policy),
             None => admit::decide(request, objects, self.view.as_ref(), &self.policy),
         };
@@ -261,30 +261,48 @@ impl Webhook {
         }
     }
 
-    /// For a CREATE in a namespace the cache has not seen yet, a view that
-    /// reads its default queue from the API server.
-    async fn fresh_namespace_view(
+    /// For a CREATE, a view completed by direct reads of what the caches
+    /// have not seen yet: the namespace (its default queue) and the quota the
+    /// job names (created a moment before the job, e.g. in the same `kubectl
+    /// apply`). `None` when the caches know both.
+    async fn fresh_view(
         &self,
         request: &AdmissionRequest<DynamicObject>,
-    ) -> Option<NamespaceOverride<'_>> {
-        let ns = request.namespace.as_deref()?;
-        if request.operation != kube::core::admission::Operation::Create
-            || self.view.knows_namespace(ns)
-        {
+        objects: &RequestObjects,
+    ) -> Option<FreshView<'_>> {
+        if request.operation != kube::core::admission::Operation::Create {
             return None;
         }
-        match self.api.namespace_default_queue(ns).await {
-            Ok(Some(queue)) => Some(NamespaceOverride {
-                inner: self.view.as_ref(),
-                namespace: ns.to_string(),
-                queue,
-            }),
-            Ok(None) => None,
-            Err(error) => {
-                tracing::warn!(%error, namespace = ns, "cannot read namespace");
-                None
+        let mut fresh = FreshView {
+            inner: self.view.as_ref(),
+            namespace: None,
+            quota: None,
+        };
+        if let Some(ns) = request.namespace.as_deref()
+            && !self.view.knows_namespace(ns)
+        {
+            match self.api.namespace_default_queue(ns).await {
+                Ok(Some(queue)) => fresh.namespace = Some((ns.to_string(), queue)),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, namespace = ns, "cannot read namespace"),
             }
         }
+        let quota = objects
+            .object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/labels"))
+            .and_then(|l| l.get(keys::QUOTA_NAME_LABEL))
+            .and_then(Value::as_str)
+            .filter(|q| !q.is_empty());
+        if let Some(quota) = quota
+            && self.view.quota(quota).is_none()
+        {
+            match self.api.quota(quota).await {
+                Ok(found) => fresh.quota = found,
+                Err(error) => tracing::warn!(%error, quota, "cannot read ElasticQuota"),
+            }
+        }
+        (fresh.namespace.is_some() || fresh.quota.is_some()).then_some(fresh)
     }
 }
 
@@ -316,29 +334,38 @@ fn waiting_message(job: &str, unit: &QueueUnit) -> String {
     )
 }
 
-/// A view whose default queue of one namespace comes from a fresh read.
-struct NamespaceOverride<'a> {
+/// The caches' view, completed by fresh reads (see `Webhook::fresh_view`).
+struct FreshView<'a> {
     inner: &'a dyn ClusterView,
-    namespace: String,
-    queue: String,
+    /// A namespace the caches have not seen, and its default queue.
+    namespace: Option<(String, String)>,
+    /// A quota the caches have not seen.
+    quota: Option<QuotaInfo>,
 }
 
-impl ClusterView for NamespaceOverride<'_> {
+impl ClusterView for FreshView<'_> {
     fn knows_namespace(&self, ns: &str) -> bool {
-        ns == self.namespace || self.inner.knows_namespace(ns)
+        self.namespace.as_ref().is_some_and(|(n, _)| n == ns) || self.inner.knows_namespace(ns)
     }
     fn namespace_default_queue(&self, ns: &str) -> Option<String> {
-        if ns == self.namespace {
-            Some(self.queue.clone())
-        } else {
-            self.inner.namespace_default_queue(ns)
+        match &self.namespace {
+            Some((n, queue)) if n == ns => Some(queue.clone()),
+            _ => self.inner.namespace_default_queue(ns),
         }
     }
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
-        self.inner.quota(name)
+        match &self.quota {
+            Some(q) if q.name == name => Some(q.clone()),
+            _ => self.inner.quota(name),
+        }
     }
     fn leaf_quotas(&self) -> Vec<String> {
-        self.inner.leaf_quotas()
+        let mut quotas = self.inner.leaf_quotas();
+        if let Some(q) = self.quota.as_ref().filter(|q| !q.is_parent) {
+            quotas.push(q.name.clone());
+            quotas.sort();
+        }
+        quotas
     }
     fn priority_class_value(&self, name: &str) -> Option<i32> {
         self.inner.priority_class_value(name)

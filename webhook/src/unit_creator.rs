@@ -353,6 +353,12 @@ mod tests {
         ) -> BoxFuture<'a, Result<Option<String>, kube::Error>> {
             Box::pin(async { Ok(None) })
         }
+        fn quota<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<crate::view::QuotaInfo>, kube::Error>> {
+            Box::pin(async { Ok(None) })
+        }
     }
 
     fn unit(name: &str) -> QueueUnit {

@@ -82,6 +82,45 @@ async fn create_holds_the_job_and_creates_its_unit() {
 }
 
 #[tokio::test]
+async fn a_quota_the_cache_has_not_seen_yet_is_read_directly() {
+    let api = Arc::new(MemoryApi::default());
+    api.uncached_quotas
+        .lock()
+        .unwrap()
+        .insert("team-new".into(), false);
+    let router = router(api.clone());
+    let fresh = job("fresh", Some("team-new"));
+    let (_, body) = post(
+        &router,
+        review("CREATE", fresh.clone(), None, "alice")
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let held = patched(&fresh, &body);
+    let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        api.created_unit("team-ns", unit_name).await.spec.queue,
+        "team-new"
+    );
+
+    // Still refused when the direct read finds nothing, listing the quotas.
+    let (_, body) = post(
+        &router,
+        review("CREATE", job("nope", Some("team-zzz")), None, "alice")
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], false);
+    let message = body["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("does not exist"), "{message}");
+}
+
+#[tokio::test]
 async fn dry_run_patches_without_creating() {
     let api = Arc::new(MemoryApi::default());
     let router = router(api.clone());

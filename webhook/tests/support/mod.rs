@@ -57,6 +57,9 @@ impl ClusterView for FixedView {
 pub struct MemoryApi {
     pub units: Mutex<BTreeMap<(String, String), QueueUnit>>,
     pub creates: Mutex<u64>,
+    /// Quotas only a direct read finds (name → is_parent): created a moment
+    /// ago, not in the cached view yet.
+    pub uncached_quotas: Mutex<BTreeMap<String, bool>>,
 }
 
 impl ApiAccess for MemoryApi {
@@ -94,6 +97,18 @@ impl ApiAccess for MemoryApi {
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, kube::Error>> {
         Box::pin(async { Ok(None) })
+    }
+    fn quota<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>> {
+        let found = self
+            .uncached_quotas
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|is_parent| QuotaInfo {
+                name: name.into(),
+                is_parent: *is_parent,
+            });
+        Box::pin(async move { Ok(found) })
     }
 }
 
