@@ -108,6 +108,23 @@ fn args(list: &[(&str, String)]) -> Vec<String> {
 impl ControlPlane {
     /// Starts a control plane of the given tier and waits until it serves.
     pub async fn start(tier: Tier) -> Result<Self> {
+        // Ports are picked free and then bound by the child processes: another
+        // process can take one in between. Such a start is retried on new ports.
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(tier.clone()).await {
+                Err(error)
+                    if attempt < 3 && format!("{error:#}").contains("address already in use") =>
+                {
+                    tracing::warn!(attempt, %error, "a port was taken meanwhile; starting again");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(tier: Tier) -> Result<Self> {
         let started = Instant::now();
         let root = root_dir();
         std::fs::create_dir_all(&root)?;
