@@ -174,8 +174,9 @@ impl UnitCreator {
         }
     }
 
-    /// Waits until the backlog is empty and nothing is in flight (tests).
-    pub async fn idle(&self) {
+    /// Waits until the backlog is empty and nothing is in flight.
+    #[cfg(test)]
+    async fn idle(&self) {
         while self.shared.metrics.unit_backlog.get() > 0
             || self.shared.slots.available_permits() < self.shared.config.max_in_flight
         {

@@ -214,9 +214,9 @@ pub struct Controller {
     last_visibility_pass: Option<Instant>,
     /// Whether a visibility pass can find anything to write.
     visibility: VisibilityGate,
-    held_missing_unit: HashSet<JobKey>,
-    /// Jobs whose unit this process saw deleted: never re-created (§3 rule 3).
-    unit_deleted: HashSet<JobKey>,
+    /// Jobs whose unit existed and is gone (deleted, or missing under a
+    /// running job): held again once, never re-created (design §3 rule 3).
+    unit_gone: HashSet<JobKey>,
     /// Held jobs whose unit has not appeared, since when.
     missing_unit_since: HashMap<JobKey, Instant>,
     /// Jobs whose unit is being re-created.
@@ -273,8 +273,7 @@ impl Controller {
             quota_used_series: HashSet::new(),
             last_visibility_pass: None,
             visibility: VisibilityGate::default(),
-            held_missing_unit: HashSet::new(),
-            unit_deleted: HashSet::new(),
+            unit_gone: HashSet::new(),
             missing_unit_since: HashMap::new(),
             recreating: HashSet::new(),
             retry: HashSet::new(),
@@ -428,7 +427,7 @@ impl Controller {
         else {
             return;
         };
-        self.unit_deleted.insert(job.key());
+        self.unit_gone.insert(job.key());
         if job.deleting
             || matches!(job.state, JobState::Succeeded | JobState::Failed)
             || !self.leads()
@@ -459,7 +458,7 @@ impl Controller {
             }
             Change::Deleted(ns, name) => {
                 let job_key = JobKey::new(kind, &ns, &name);
-                self.unit_deleted.remove(&job_key);
+                self.unit_gone.remove(&job_key);
                 self.missing_unit_since.remove(&job_key);
                 if let Some(rec) = self.jobs.remove(&job_key) {
                     let unit = key(&rec.namespace, &rec.unit_name);
@@ -1397,8 +1396,7 @@ impl Controller {
             self.reconcile(&k);
         }
         self.collect_orphans();
-        self.hold_jobs_without_unit();
-        self.recreate_missing_units();
+        self.jobs_without_unit();
         self.sync_queues_with_quotas();
         let now = Instant::now();
         if self.visibility.due()
@@ -1436,18 +1434,53 @@ impl Controller {
         }
     }
 
-    /// A running job whose unit is missing is held (it would run unqueued).
-    fn hold_jobs_without_unit(&mut self) {
-        let orphaned: Vec<JobRecord> = self
-            .jobs
-            .values()
-            .filter(|j| !j.held && !j.deleting && !finished(j.state))
-            .filter(|j| !self.units.contains_key(&key(&j.namespace, &j.unit_name)))
-            .filter(|j| !self.held_missing_unit.contains(&j.key()))
-            .cloned()
-            .collect();
-        for job in orphaned {
-            self.held_missing_unit.insert(job.key());
+    /// Jobs whose unit is missing, in one pass over the jobs (it runs on
+    /// every tick):
+    /// - a job running without its unit is held (it would run unqueued),
+    ///   once, with an Event;
+    /// - a held job whose unit never appeared within the grace period gets
+    ///   it created from the job (the webhook answered but did not create
+    ///   it, e.g. it was killed) — only for jobs younger than
+    ///   [`RECREATE_WINDOW_MS`] whose unit is not known to be gone.
+    fn jobs_without_unit(&mut self) {
+        let now = Instant::now();
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let mut to_hold = Vec::new();
+        let mut to_create = Vec::new();
+        let mut missing = HashMap::new();
+        for job in self.jobs.values() {
+            // The cheap tests first.
+            if job.deleting
+                || finished(job.state)
+                || (job.held && now_ms - job.created_ms > RECREATE_WINDOW_MS)
+                || self
+                    .units
+                    .contains_key(&key(&job.namespace, &job.unit_name))
+            {
+                continue;
+            }
+            let job_key = job.key();
+            if self.unit_gone.contains(&job_key) || self.recreating.contains(&job_key) {
+                continue;
+            }
+            if !job.held {
+                to_hold.push(job.clone());
+                continue;
+            }
+            let since = self
+                .missing_unit_since
+                .get(&job_key)
+                .copied()
+                .unwrap_or(now);
+            if now.duration_since(since) >= self.settings.orphan_grace {
+                to_create.push(job.clone());
+            } else {
+                missing.insert(job_key, since);
+            }
+        }
+        self.missing_unit_since = missing;
+        for job in to_hold {
+            self.unit_gone.insert(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::HoldJob {
                 unit: key(&job.namespace, &job.unit_name),
@@ -1458,49 +1491,7 @@ impl Controller {
                 job.unit_name
             ));
         }
-    }
-
-    /// A held job whose unit never appeared within the grace period gets
-    /// it created (the webhook answered but did not create it, e.g. it was
-    /// killed). Only for jobs younger than [`RECREATE_WINDOW_MS`] whose unit
-    /// this process never saw deleted: a deleted unit is not re-created
-    /// (design §3 rule 3).
-    fn recreate_missing_units(&mut self) {
-        let now = Instant::now();
-        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-        let mut missing = HashMap::new();
-        let mut due = Vec::new();
-        for job in self.jobs.values() {
-            // The cheap tests first: this runs over every job on every tick.
-            if !job.held
-                || job.deleting
-                || finished(job.state)
-                || now_ms - job.created_ms > RECREATE_WINDOW_MS
-            {
-                continue;
-            }
-            let job_key = job.key();
-            if self.unit_deleted.contains(&job_key)
-                || self.recreating.contains(&job_key)
-                || self
-                    .units
-                    .contains_key(&key(&job.namespace, &job.unit_name))
-            {
-                continue;
-            }
-            let since = self
-                .missing_unit_since
-                .get(&job_key)
-                .copied()
-                .unwrap_or(now);
-            if now.duration_since(since) >= self.settings.orphan_grace {
-                due.push(job.clone());
-            } else {
-                missing.insert(job_key, since);
-            }
-        }
-        self.missing_unit_since = missing;
-        for job in due {
+        for job in to_create {
             self.recreating.insert(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::RecreateUnit {
