@@ -84,7 +84,8 @@ pub fn write_serving_cert(cp: &ControlPlane, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The rules of every job kind, as the chart registers them.
+/// The rules of every job kind and the scheduler's exemption, as the chart
+/// registers them.
 pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfiguration> {
     use base64::Engine;
     let rules: Vec<serde_json::Value> = koord_queue_api::jobs::all()
@@ -112,6 +113,12 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
             },
             "rules": rules,
+            "matchConditions": [{
+                "name": "not-an-update-by-the-scheduler",
+                "expression": format!(
+                    "request.operation != 'UPDATE' || request.userInfo.username != '{SCHEDULER_USER}'"
+                ),
+            }],
             "namespaceSelector": { "matchLabels": { keys::ENABLED_NAMESPACE_LABEL: "true" } },
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",

@@ -237,6 +237,16 @@ fn the_webhook_configuration_is_as_designed() {
         }]),
         "by default only batch/v1 Jobs"
     );
+    // The scheduler's own updates skip the webhook (it allows them all).
+    assert_eq!(
+        hook["matchConditions"],
+        json!([{
+            "name": "not-an-update-by-the-scheduler",
+            "expression": format!(
+                "request.operation != 'UPDATE' || request.userInfo.username != 'system:serviceaccount:{NS}:koord-queue-scheduler'"
+            ),
+        }])
+    );
 
     // The opt-in label selects; the system namespaces and the release's own
     // never match, whatever the selector.

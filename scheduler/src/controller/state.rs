@@ -19,7 +19,7 @@ use super::records::{
     QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
 };
 use super::sources::{Change, Input, SourceName};
-use super::writes::{JobRef, Outcome, Write, Writer, Written};
+use super::writes::{Claim, JobRef, Outcome, Write, Writer, Written};
 use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDef};
 
 /// Readiness condition: every watch has its initial list.
@@ -72,6 +72,8 @@ struct UnitState {
     given: Option<u64>,
     /// An adopt/release/phase/hold/delete write is in flight.
     busy: bool,
+    /// That write can still be withdrawn (see [`Claim`]).
+    claim: Option<Claim>,
     /// A position/reason write is in flight.
     publishing: bool,
     /// Ignore watch events older than our last write.
@@ -95,6 +97,7 @@ impl UnitState {
             member: Membership::Absent,
             given: None,
             busy: false,
+            claim: None,
             publishing: false,
             expect_rv: None,
             released_here: false,
@@ -104,6 +107,16 @@ impl UnitState {
             last_waiting_event: None,
             released_at: None,
         }
+    }
+
+    /// Withdraws the pending write, if it is withdrawable and no slot took
+    /// it yet: the unit is then free for another write.
+    fn withdraw(&mut self) -> bool {
+        if self.busy && self.claim.take().is_some_and(|c| c.take()) {
+            self.busy = false;
+            return true;
+        }
+        false
     }
 
     /// This process is lifting the job's suspension: until the job is seen
@@ -222,6 +235,9 @@ pub struct Controller {
     /// Jobs whose unit is being re-created.
     recreating: HashSet<JobKey>,
     retry: HashSet<Key>,
+    /// Adopted units whose phase Enqueued is not written yet: written after
+    /// the next cycle unless it released them (then the release says it all).
+    to_enqueue: HashSet<Key>,
     /// Units whose next step depends on the clock (backoff, timeouts).
     timed: HashSet<Key>,
     /// Pods of queued jobs by the job's uid (strict dequeue).
@@ -277,6 +293,7 @@ impl Controller {
             missing_unit_since: HashMap::new(),
             recreating: HashSet::new(),
             retry: HashSet::new(),
+            to_enqueue: HashSet::new(),
             timed: HashSet::new(),
             pods: HashMap::new(),
         }
@@ -668,20 +685,26 @@ impl Controller {
     /// Brings the core's view of unit `k` in line with the observed unit and
     /// job, then (as leader) issues the lifecycle write the pair calls for.
     fn reconcile(&mut self, k: &Key) {
-        let Some(st) = self.units.get(k) else { return };
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
         let job = self
             .jobs
             .get(&st.rec.job_key())
             .filter(|j| j.unit_name == st.rec.name);
-        if st.busy {
+        let job_finished = job.is_some_and(|j| finished(j.state));
+        // A Running phase still waiting for a slot is moot once the job has
+        // finished: withdrawn, the Succeed/Failed write takes its place.
+        if st.busy && !(job_finished && st.withdraw()) {
             // Quota is freed the moment the job finishes, even while a write
-            // for its unit (say, its Running phase) is still queued; the
+            // for its unit (say, its Running phase) is in flight; the
             // Succeed/Failed write follows once that one is done.
-            if st.member == Membership::Holding && job.is_some_and(|j| finished(j.state)) {
+            if st.member == Membership::Holding && job_finished {
                 self.set_membership(k, Membership::Absent);
             }
             return;
         }
+        let st = &*st;
         tracing::trace!(unit = %k, phase = ?st.rec.phase, job = ?job.map(|j| (j.held, j.state)), "reconcile");
         let desired = desired_membership(&st.rec, job);
         self.set_membership(k, desired);
@@ -753,11 +776,11 @@ impl Controller {
         let queue = self.queues.get(queue_of(rec));
         let now_ms = now_ms();
         let mut timed = false;
-        let write = match (rec.phase, job) {
+        let phase = effective_phase(rec, job);
+        let write = match (phase, job) {
             (None, Some(job)) if !job.deleting => Some(Write::Adopt {
                 unit: k.clone(),
                 job: job_ref(job),
-                message: format!("waiting in queue {}", queue_of(rec)),
             }),
             // Adopted units whose job is gone: delete (the garbage collector
             // would too; doing it now frees the quota at once).
@@ -858,6 +881,13 @@ impl Controller {
             self.timed.insert(k.clone());
         } else {
             self.timed.remove(k);
+        }
+        if write.is_none()
+            && rec.phase.is_none()
+            && phase == Some(QueueUnitPhase::Enqueued)
+            && job.is_some_and(|j| j.held && !j.deleting)
+        {
+            self.to_enqueue.insert(k.clone());
         }
         // The release reached the job: from now on a held job means re-suspended.
         let running = job.is_some_and(|j| j.state == JobState::Running);
@@ -1031,7 +1061,39 @@ impl Controller {
                 self.request_cycle();
             }
         }
+        if write.withdrawable() {
+            let claim = self.writer.submit_withdrawable(write);
+            if let Some(st) = self.units.get_mut(k) {
+                st.claim = Some(claim);
+            }
+            return;
+        }
         self.writer.submit(write);
+    }
+
+    /// Phase Enqueued for the adopted units the last cycle did not release.
+    fn write_enqueued(&mut self) {
+        for k in std::mem::take(&mut self.to_enqueue) {
+            let Some(st) = self.units.get(&k) else {
+                continue;
+            };
+            if st.busy || st.rec.phase.is_some() || st.member != Membership::Waiting {
+                continue;
+            }
+            let Some(job) = self
+                .jobs
+                .get(&st.rec.job_key())
+                .filter(|j| j.unit_name == st.rec.name)
+            else {
+                continue;
+            };
+            let write = Write::Enqueue {
+                unit: k.clone(),
+                job: job_ref(job),
+                message: format!("waiting in queue {}", queue_of(&st.rec)),
+            };
+            self.submit_unit_write(&k, write);
+        }
     }
 
     fn event(&self, job: &JobRef, warning: bool, reason: &'static str, note: String) {
@@ -1071,6 +1133,10 @@ impl Controller {
                 .jobs
                 .get(&st.rec.job_key())
                 .filter(|j| j.unit_name == st.rec.name);
+            // Its phase Enqueued, still waiting for a slot, is moot now.
+            if job.is_some() {
+                st.withdraw();
+            }
             let (Some(job), false) = (job, st.busy) else {
                 // Cannot release now (job vanished, or a write is pending).
                 let _ = self.core.unreserve(&k);
@@ -1146,6 +1212,7 @@ impl Controller {
                 st.reason = Some(reason.to_string().into_boxed_str());
             }
         }
+        self.write_enqueued();
     }
 
     /// Re-suspends a reclaim victim: its job is held again, it goes to
@@ -1153,14 +1220,18 @@ impl Controller {
     /// quota once that is written (or puts it back if it cannot be).
     fn reclaim(&mut self, reclaim: crate::core::Reclaim) {
         let k: Key = reclaim.victim.clone();
-        let Some(st) = self.units.get(&k) else {
+        let Some(st) = self.units.get_mut(&k) else {
             let _ = self.core.cancel_reclaim(&k);
             return;
         };
-        if st.busy {
+        // A Running phase still waiting is moot: the victim goes to backoff.
+        if st.busy && !st.withdraw() {
             let _ = self.core.cancel_reclaim(&k);
             return;
         }
+        let Some(st) = self.units.get(&k) else {
+            return;
+        };
         let job = self
             .jobs
             .get(&st.rec.job_key())
@@ -1202,6 +1273,9 @@ impl Controller {
         };
         if let Some(Some(rv)) = ok_rv {
             st.expect_rv = Some(st.expect_rv.map_or(rv, |e| e.max(rv)));
+        }
+        if !matches!(write, Write::Visibility { .. }) {
+            st.claim = None;
         }
         match write {
             Write::Visibility {
@@ -1318,8 +1392,15 @@ impl Controller {
             Write::Adopt { job, .. } => {
                 st.busy = false;
                 if ok_rv.is_some() {
+                    st.rec.owner_uid = Some(job.uid);
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::Enqueue { job, .. } => {
+                st.busy = false;
+                if ok_rv.is_some() {
                     st.rec.phase = Some(QueueUnitPhase::Enqueued);
-                    st.rec.owner_uid = Some(job.uid.clone());
                     let queue = st.rec.queue.clone();
                     self.event(
                         &job,
@@ -1964,7 +2045,7 @@ fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
     if rec.deleting || rec.invalid.is_some() {
         return Membership::Absent;
     }
-    match rec.phase {
+    match effective_phase(rec, job) {
         Some(QueueUnitPhase::Enqueued) => match job {
             Some(j) if j.held && !j.deleting => Membership::Waiting,
             _ => Membership::Absent,
@@ -1977,6 +2058,16 @@ fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
         },
         _ => Membership::Absent,
     }
+}
+
+/// The unit's phase, where an adopted unit whose phase is not written yet
+/// counts as Enqueued (its phase is written after the next cycle, unless
+/// that cycle released it).
+fn effective_phase(rec: &UnitRecord, job: Option<&JobRecord>) -> Option<QueueUnitPhase> {
+    rec.phase.or_else(|| {
+        job.filter(|j| rec.owner_uid.as_deref() == Some(j.uid.as_str()))
+            .map(|_| QueueUnitPhase::Enqueued)
+    })
 }
 
 /// Admissions of a release: one per pod set with its resources. When the
@@ -2247,6 +2338,48 @@ mod tests {
         let mut st = found_reserved();
         st.release_written(QueueUnitPhase::Reserved, Some(&[]), Some(1), None);
         assert!(!st.released_here);
+    }
+
+    #[test]
+    fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() {
+        let mut st = found_reserved();
+        st.rec.phase = None;
+        st.rec.held = Resources::new();
+        let job = |uid: &str, held: bool| JobRecord {
+            adapter: koord_queue_api::jobs::all()[0],
+            namespace: "ns".into(),
+            name: "j".into(),
+            uid: uid.into(),
+            unit_name: "u".into(),
+            held,
+            state: JobState::Pending,
+            deleting: false,
+            created_ms: 0,
+        };
+        // Not adopted yet: never schedulable.
+        assert_eq!(effective_phase(&st.rec, Some(&job("uid-1", true))), None);
+        assert_eq!(
+            desired_membership(&st.rec, Some(&job("uid-1", true))),
+            Membership::Absent
+        );
+        // Adopted (owner reference to this job): waits as Enqueued.
+        st.rec.owner_uid = Some("uid-1".into());
+        assert_eq!(
+            effective_phase(&st.rec, Some(&job("uid-1", true))),
+            Some(QueueUnitPhase::Enqueued)
+        );
+        assert_eq!(
+            desired_membership(&st.rec, Some(&job("uid-1", true))),
+            Membership::Waiting
+        );
+        // A job re-created under the same name is another job.
+        assert_eq!(effective_phase(&st.rec, Some(&job("uid-2", true))), None);
+        assert_eq!(effective_phase(&st.rec, None), None);
+        // A released job does not wait (it is held again, see `lifecycle`).
+        assert_eq!(
+            desired_membership(&st.rec, Some(&job("uid-1", false))),
+            Membership::Absent
+        );
     }
 
     #[test]

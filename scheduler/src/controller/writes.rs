@@ -8,8 +8,14 @@
 //! Events must not delay releases and the phases that free quota, or the
 //! cluster idles while the API server works through bookkeeping. Events
 //! are best effort: beyond [`EVENT_BACKLOG`] waiting, new ones are dropped.
+//!
+//! Some writes can be withdrawn while they wait ([`Claim`]): a unit's
+//! Enqueued status that a release makes moot, a Running phase that the job's
+//! end makes moot. Under load they wait longest, so the busier the API
+//! server, the more of them are never sent.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,8 +38,15 @@ use super::records::{Key, hold_release_patches};
 /// A write the controller wants.
 #[derive(Debug, Clone)]
 pub enum Write {
-    /// Adopt a unit: owner reference to its job, phase Enqueued.
+    /// Adopt a unit: owner reference to its job (design §4.6).
     Adopt {
+        /// The unit.
+        unit: Key,
+        /// The job.
+        job: JobRef,
+    },
+    /// Phase Enqueued for an adopted unit that was not released at once.
+    Enqueue {
         /// The unit.
         unit: Key,
         /// The job.
@@ -215,7 +228,8 @@ enum Lane {
     Lifecycle = 0,
     /// Adoptions: a new unit joins its queue.
     Adoption = 1,
-    /// Positions, reasons and Queue status.
+    /// Positions, reasons, Queue status, and the phases that change
+    /// nothing held (Enqueued before a release, Running).
     Visibility = 2,
     /// Events on jobs (best effort, see [`EVENT_BACKLOG`]).
     Events = 3,
@@ -231,35 +245,63 @@ pub const EVENT_BACKLOG: usize = 1000;
 /// Capacity a lane of the backlog keeps however empty it gets.
 const LANE_KEPT_CAPACITY: usize = 1024;
 
-/// Writes waiting for a slot, one FIFO per lane.
+/// Who gets a withdrawable write: the slot that would perform it or the
+/// controller that withdraws it, whichever takes it first; the other learns
+/// that it lost.
+#[derive(Clone, Debug, Default)]
+pub struct Claim(Arc<AtomicBool>);
+
+impl Claim {
+    /// Takes the write; false when the other side took it already.
+    pub fn take(&self) -> bool {
+        !self.0.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// A write waiting for a slot.
+#[derive(Debug)]
+struct Queued {
+    write: Write,
+    /// Set for a withdrawable write.
+    claim: Option<Claim>,
+}
+
+/// Writes waiting for a slot, one FIFO per lane. A withdrawn write stays
+/// in its lane until a slot pops and skips it.
 #[derive(Debug, Default)]
 struct Backlog {
-    lanes: [VecDeque<Write>; LANES],
+    lanes: [VecDeque<Queued>; LANES],
 }
 
 impl Backlog {
     /// Queues `write` in its lane; false when it is an Event and too many
     /// are waiting already (it is dropped).
-    fn push(&mut self, write: Write) -> bool {
+    fn push(&mut self, write: Write, claim: Option<Claim>) -> bool {
         let lane = write.lane();
         let queue = &mut self.lanes[lane as usize];
         if lane == Lane::Events && queue.len() >= EVENT_BACKLOG {
             return false;
         }
-        queue.push_back(write);
+        queue.push_back(Queued { write, claim });
         true
     }
 
+    /// The most urgent write still wanted.
     fn pop(&mut self) -> Option<Write> {
-        let lane = self.lanes.iter_mut().find(|l| !l.is_empty())?;
-        let write = lane.pop_front();
-        // A lane keeps its largest size otherwise: the adoptions of 100,000
-        // units found at start take 26 MB (200 bytes a write), held for
-        // good once they are done.
-        if lane.capacity() > LANE_KEPT_CAPACITY && lane.len() < lane.capacity() / 4 {
-            lane.shrink_to(lane.len() * 2);
+        loop {
+            let lane = self.lanes.iter_mut().find(|l| !l.is_empty())?;
+            let queued = lane.pop_front();
+            // A lane keeps its largest size otherwise: the adoptions of 100,000
+            // units found at start take 26 MB (200 bytes a write), held for
+            // good once they are done.
+            if lane.capacity() > LANE_KEPT_CAPACITY && lane.len() < lane.capacity() / 4 {
+                lane.shrink_to(lane.len() * 2);
+            }
+            let Queued { write, claim } = queued?;
+            if claim.is_none_or(|c| c.take()) {
+                return Some(write);
+            }
         }
-        write
     }
 
     fn len(&self) -> i64 {
@@ -337,8 +379,21 @@ impl Writer {
 
     /// Queues `write`; its result arrives on the done channel.
     pub fn submit(&self, write: Write) {
+        self.enqueue(write, None);
+    }
+
+    /// Queues `write` so that it can be withdrawn until a slot takes it:
+    /// `claim.take()` true means it will never be performed (and no result
+    /// arrives for it).
+    pub fn submit_withdrawable(&self, write: Write) -> Claim {
+        let claim = Claim::default();
+        self.enqueue(write, Some(claim.clone()));
+        claim
+    }
+
+    fn enqueue(&self, write: Write, claim: Option<Claim>) {
         if let Ok(mut backlog) = self.backlog.lock() {
-            if !backlog.push(write) {
+            if !backlog.push(write, claim) {
                 self.metrics.events_dropped.inc();
                 return;
             }
@@ -428,7 +483,7 @@ impl Writer {
 
     async fn try_perform(&self, write: &Write) -> Result<Option<u64>, kube::Error> {
         match write {
-            Write::Adopt { unit, job, message } => {
+            Write::Adopt { unit, job } => {
                 let (ns, name) = split(unit);
                 let kind = job.adapter.kind();
                 let owner = json!({
@@ -439,9 +494,15 @@ impl Writer {
                     }]},
                     "spec": { "consumerRef": { "uid": job.uid } },
                 });
-                self.units(ns)
+                let patched = self
+                    .units(ns)
                     .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
                     .await?;
+                Ok(super::records::rv_number(
+                    patched.metadata.resource_version.as_deref(),
+                ))
+            }
+            Write::Enqueue { unit, message, .. } => {
                 self.patch_unit_status(
                     unit,
                     json!({
@@ -688,7 +749,16 @@ impl Write {
     fn lane(&self) -> Lane {
         match self {
             Self::Adopt { .. } => Lane::Adoption,
-            Self::Visibility { .. } | Self::QueueStatus { .. } => Lane::Visibility,
+            // Phases that change nothing held say where a unit is, as
+            // positions do; the longer they wait, the likelier a later write
+            // makes them moot (see `withdrawable`).
+            Self::Enqueue { .. }
+            | Self::Phase {
+                phase: QueueUnitPhase::Running,
+                ..
+            }
+            | Self::Visibility { .. }
+            | Self::QueueStatus { .. } => Lane::Visibility,
             Self::Event { .. } => Lane::Events,
             Self::Release { .. }
             | Self::Backoff { .. }
@@ -701,10 +771,24 @@ impl Write {
         }
     }
 
+    /// Whether a later write makes this one moot while it waits: phase
+    /// Enqueued (a release follows) and phase Running (the job's end follows).
+    pub(super) fn withdrawable(&self) -> bool {
+        matches!(
+            self,
+            Self::Enqueue { .. }
+                | Self::Phase {
+                    phase: QueueUnitPhase::Running,
+                    ..
+                }
+        )
+    }
+
     /// Short name of the operation, for logs and metrics.
     pub fn operation(&self) -> &'static str {
         match self {
             Self::Adopt { .. } => "adopt",
+            Self::Enqueue { .. } => "enqueue",
             Self::Release { .. } => "release",
             Self::Backoff { .. } => "backoff",
             Self::Phase { .. } => "phase",
@@ -723,6 +807,7 @@ impl Write {
     pub fn unit(&self) -> Option<&Key> {
         match self {
             Self::Adopt { unit, .. }
+            | Self::Enqueue { unit, .. }
             | Self::Release { unit, .. }
             | Self::Backoff { unit, .. }
             | Self::Phase { unit, .. }
@@ -830,7 +915,6 @@ mod tests {
             Write::Adopt {
                 unit: "ns/a".into(),
                 job: job(),
-                message: String::new(),
             },
             Write::DeleteUnit {
                 unit: "ns/d1".into(),
@@ -841,7 +925,7 @@ mod tests {
             },
         ];
         for w in writes {
-            assert!(backlog.push(w));
+            assert!(backlog.push(w, None));
         }
         assert_eq!(backlog.len(), 6);
         let order: Vec<String> = std::iter::from_fn(|| backlog.pop())
@@ -858,13 +942,16 @@ mod tests {
     fn events_beyond_the_backlog_are_dropped_other_writes_never() {
         let mut backlog = Backlog::default();
         for i in 0..EVENT_BACKLOG {
-            assert!(backlog.push(event(&i.to_string())));
+            assert!(backlog.push(event(&i.to_string()), None));
         }
-        assert!(!backlog.push(event("one too many")));
+        assert!(!backlog.push(event("one too many"), None));
         for i in 0..3 * EVENT_BACKLOG {
-            assert!(backlog.push(Write::DeleteUnit {
-                unit: format!("ns/{i}").into(),
-            }));
+            assert!(backlog.push(
+                Write::DeleteUnit {
+                    unit: format!("ns/{i}").into(),
+                },
+                None
+            ));
         }
         assert_eq!(backlog.len(), 4 * EVENT_BACKLOG as i64);
     }
@@ -873,9 +960,12 @@ mod tests {
     fn a_drained_lane_gives_its_memory_back() {
         let mut backlog = Backlog::default();
         for i in 0..100_000 {
-            backlog.push(Write::DeleteUnit {
-                unit: format!("ns/{i}").into(),
-            });
+            backlog.push(
+                Write::DeleteUnit {
+                    unit: format!("ns/{i}").into(),
+                },
+                None,
+            );
         }
         let lane = Lane::Lifecycle as usize;
         assert!(backlog.lanes[lane].capacity() >= 100_000);
@@ -885,5 +975,29 @@ mod tests {
         }
         assert_eq!(popped, 100_000);
         assert!(backlog.lanes[lane].capacity() <= 2 * LANE_KEPT_CAPACITY);
+    }
+
+    #[test]
+    fn a_withdrawn_write_is_skipped_and_a_taken_one_cannot_be_withdrawn() {
+        let mut backlog = Backlog::default();
+        let enqueue = |unit: &str| Write::Enqueue {
+            unit: unit.into(),
+            job: job(),
+            message: String::new(),
+        };
+        let withdrawn = Claim::default();
+        let kept = Claim::default();
+        backlog.push(enqueue("ns/withdrawn"), Some(withdrawn.clone()));
+        backlog.push(enqueue("ns/kept"), Some(kept.clone()));
+        backlog.push(enqueue("ns/plain"), None);
+        assert!(
+            withdrawn.take(),
+            "still waiting: the controller withdraws it"
+        );
+        let order: Vec<String> = std::iter::from_fn(|| backlog.pop())
+            .map(|w| w.unit().map(ToString::to_string).unwrap_or_default())
+            .collect();
+        assert_eq!(order, ["ns/kept", "ns/plain"]);
+        assert!(!kept.take(), "a slot took it: too late to withdraw");
     }
 }
