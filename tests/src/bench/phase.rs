@@ -398,8 +398,23 @@ pub async fn run(
         }
         if started.elapsed() > config.timeout {
             let (errors, last) = runner.write_errors();
+            let unfinished: Vec<String> = runner
+                .timelines()
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.finished.is_none())
+                .take(5)
+                .map(|(i, j)| {
+                    format!(
+                        "{}/{} (time s, resourceVersion, suspended): {:?}",
+                        shape.leaves[shape.jobs[i].leaf].namespace,
+                        shape.jobs[i].name,
+                        j.transitions
+                    )
+                })
+                .collect();
             bail!(
-                "[{name}] not every job finished within {:?}: finished {finished}/{n}, units succeeded {succeeded}/{n}, job creation {}; runtime write errors {errors} (last: {last:?})",
+                "[{name}] not every job finished within {:?}: finished {finished}/{n}, units succeeded {succeeded}/{n}, job creation {}; runtime write errors {errors} (last: {last:?}); unfinished jobs as the runtime saw them: {unfinished:#?}",
                 config.timeout,
                 if generation.is_none() {
                     "done"

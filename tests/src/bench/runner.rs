@@ -51,6 +51,11 @@ pub struct JobTimeline {
     pub completion_sent: Option<f64>,
     released_now: bool,
     generation: u64,
+    /// resourceVersion of the newest state seen: an older one is ignored.
+    last_rv: u64,
+    /// The release states seen (time, resourceVersion, suspended), for the
+    /// report of a job that did not finish.
+    pub transitions: Vec<(f64, u64, bool)>,
 }
 
 struct State {
@@ -223,7 +228,18 @@ impl Runner {
             return;
         };
         let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let rv = job
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
         let status = job.status.as_ref();
+        // A job released again whose pods-deleted write did not land yet
+        // keeps its startTime: the API server refuses to change it.
+        let start_time = status
+            .and_then(|s| s.start_time.as_ref())
+            .and_then(|t| serde_json::to_value(t).ok());
         let complete = status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| {
@@ -240,6 +256,12 @@ impl Runner {
         };
         let st = &mut *guard;
         let timeline = &mut st.jobs[i];
+        // A state older than one already acted on (a re-read racing the
+        // watch) must not undo it.
+        if rv != 0 && rv < timeline.last_rv {
+            return;
+        }
+        timeline.last_rv = timeline.last_rv.max(rv);
         if complete {
             if timeline.finished.is_none() {
                 timeline.finished = Some(t);
@@ -252,6 +274,9 @@ impl Runner {
             }
             return;
         }
+        if suspended == timeline.released_now {
+            timeline.transitions.push((t, rv, suspended));
+        }
         if !suspended && !timeline.released_now {
             timeline.released_now = true;
             timeline.releases.push(t);
@@ -260,7 +285,7 @@ impl Runner {
             st.running.change(leaf, cpu, t, &object);
             drop(guard);
             let this = self.clone();
-            tokio::spawn(async move { this.run_job(i, generation).await });
+            tokio::spawn(async move { this.run_job(i, generation, start_time).await });
         } else if suspended && timeline.released_now {
             timeline.released_now = false;
             timeline.suspensions.push(t);
@@ -277,14 +302,14 @@ impl Runner {
         }
     }
 
-    async fn run_job(self: Arc<Self>, i: usize, generation: u64) {
+    async fn run_job(self: Arc<Self>, i: usize, generation: u64, start_time: Option<Value>) {
         let runtime = if self.options.class_runtimes {
             CLASSES[self.shape.jobs[i].class].runtime
         } else {
             Duration::ZERO
         };
         let deadline = tokio::time::Instant::now() + runtime;
-        let start = now_time();
+        let start = start_time.unwrap_or_else(now_time);
         if self.options.mark_running {
             let patch = json!({ "status": { "startTime": start, "active": 1, "ready": 1 } });
             self.patch_status(i, &patch, generation).await;
@@ -323,7 +348,7 @@ impl Runner {
     /// Writes job `i`'s status while the job is still in `generation`
     /// (released, or suspended again): a write overtaken by a newer state
     /// (e.g. a completion racing a reclaim) is dropped, not an error.
-    async fn patch_status(&self, i: usize, patch: &Value, generation: u64) {
+    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) {
         let job = &self.shape.jobs[i];
         let ns = &self.shape.leaves[job.leaf].namespace;
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
@@ -341,6 +366,12 @@ impl Runner {
                 Ok(_) => return,
                 Err(kube::Error::Api(e)) if e.code == 404 => return,
                 Err(_) if !self.current(i, generation) => return,
+                // Refused for the job's state (say, pods removed from a job
+                // released again meanwhile): no retry changes that.
+                Err(kube::Error::Api(e)) if e.code == 422 => {
+                    last = e.to_string();
+                    break;
+                }
                 Err(error) => {
                     last = error.to_string();
                     tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
@@ -348,9 +379,15 @@ impl Runner {
             }
         }
         self.write_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(job = %job.name, namespace = %ns, error = %last, "job status write failed");
+        tracing::warn!(job = %job.name, namespace = %ns, error = %last, %patch, generation, "job status write failed");
         if let Ok(mut e) = self.last_error.lock() {
             *e = Some(format!("{ns}/{}: {last}", job.name));
+        }
+        // The write was refused for a state this runtime has not seen yet
+        // (say, pods removed from a job released again meanwhile): act on
+        // the job as it is now, as a level-triggered controller would.
+        if let Ok(now) = api.get(&job.name).await {
+            self.on_job(&now);
         }
     }
 }
