@@ -31,6 +31,13 @@ pub const FIRST_CYCLE: &str = "first cycle";
 const QUEUE_DETAILS_LIMIT: usize = 1000;
 /// Most position/reason writes per visibility pass.
 const VISIBILITY_BUDGET: usize = 200;
+/// While the API server is slow ([`SLOW_WRITES_MS`]), a waiting unit's
+/// position is refreshed this many status intervals apart at most: its time
+/// goes to creates, releases and completions instead.
+const SLOW_VISIBILITY_FACTOR: u32 = 10;
+/// Average write latency from which the API server counts as slow (a write
+/// takes a few milliseconds on an idle one).
+const SLOW_WRITES_MS: u64 = 50;
 /// Minimum interval between two "Waiting" Events of one job.
 const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
 /// Only jobs younger than this get a missing unit re-created: the webhook's
@@ -1647,7 +1654,11 @@ impl Controller {
             &self.core,
             &self.units,
             now,
-            self.settings.status_interval,
+            if self.writer.latency_ms() >= SLOW_WRITES_MS {
+                self.settings.status_interval * SLOW_VISIBILITY_FACTOR
+            } else {
+                self.settings.status_interval
+            },
             VISIBILITY_BUDGET,
         );
         let writes = scan.writes;

@@ -15,9 +15,9 @@
 //! server, the more of them are never sent.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
@@ -258,6 +258,26 @@ impl Claim {
     }
 }
 
+/// How long recent writes took (ms, exponentially weighted): while the API
+/// server is slow, the controller holds back the writes it can do without.
+#[derive(Clone, Debug, Default)]
+pub struct WriteLatency(Arc<AtomicU64>);
+
+impl WriteLatency {
+    fn observe(&self, took: Duration) {
+        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        // Slots race here; a lost update only delays the average a little.
+        let old = self.0.load(Ordering::Relaxed);
+        let new = old.saturating_mul(7).saturating_add(ms) / 8;
+        self.0.store(new, Ordering::Relaxed);
+    }
+
+    /// The current average, in milliseconds.
+    pub fn millis(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A write waiting for a slot.
 #[derive(Debug)]
 struct Queued {
@@ -323,6 +343,7 @@ pub struct Writer {
     metrics: Metrics,
     identity: String,
     namespace: String,
+    latency: WriteLatency,
 }
 
 impl std::fmt::Debug for Writer {
@@ -370,11 +391,17 @@ impl Writer {
             metrics,
             identity,
             namespace,
+            latency: WriteLatency::default(),
         };
         for _ in 0..concurrency.max(1) {
             tokio::spawn(this.clone().work());
         }
         this
+    }
+
+    /// How long recent writes took, in milliseconds.
+    pub fn latency_ms(&self) -> u64 {
+        self.latency.millis()
     }
 
     /// Queues `write`; its result arrives on the done channel.
@@ -425,7 +452,10 @@ impl Writer {
                 }
             };
             let outcome = if self.leader.is_leader() {
-                self.perform(&write).await
+                let started = Instant::now();
+                let outcome = self.perform(&write).await;
+                self.latency.observe(started.elapsed());
+                outcome
             } else {
                 Outcome::NotLeader
             };
@@ -975,6 +1005,23 @@ mod tests {
         }
         assert_eq!(popped, 100_000);
         assert!(backlog.lanes[lane].capacity() <= 2 * LANE_KEPT_CAPACITY);
+    }
+
+    #[test]
+    fn write_latency_follows_recent_writes() {
+        let latency = WriteLatency::default();
+        for _ in 0..40 {
+            latency.observe(Duration::from_millis(300));
+        }
+        assert!(
+            (250..=300).contains(&latency.millis()),
+            "{}",
+            latency.millis()
+        );
+        for _ in 0..40 {
+            latency.observe(Duration::from_millis(4));
+        }
+        assert!(latency.millis() <= 10, "{}", latency.millis());
     }
 
     #[test]
