@@ -286,23 +286,32 @@ pub struct JobRecord {
 impl JobRecord {
     /// The record of a job, or `None` when Koord-Queue does not queue it
     /// (no `koord-queue/queue-unit` annotation).
-    pub fn from_object(adapter: &'static dyn JobAdapter, object: &DynamicObject) -> Option<Self> {
+    pub fn from_object(adapter: &'static dyn JobAdapter, object: DynamicObject) -> Option<Self> {
         let unit_name = object
             .annotations()
             .get(keys::QUEUE_UNIT_ANNOTATION)?
             .clone();
-        let json = serde_json::to_value(object).unwrap_or(Value::Null);
+        let name = object.name_any();
+        let DynamicObject { metadata, data, .. } = object;
+        // What the adapters read: the job's fields, taken over rather than
+        // copied (a pod template is most of a job), and its annotations.
+        let mut json = data;
+        if let Value::Object(fields) = &mut json {
+            fields.insert(
+                "metadata".into(),
+                serde_json::json!({ "annotations": metadata.annotations }),
+            );
+        }
         Some(Self {
             adapter,
-            namespace: intern(object.metadata.namespace.as_deref().unwrap_or_default()),
-            name: object.name_any(),
-            uid: object.metadata.uid.clone().unwrap_or_default(),
+            namespace: intern(metadata.namespace.as_deref().unwrap_or_default()),
+            name,
+            uid: metadata.uid.unwrap_or_default(),
             unit_name,
             held: adapter.is_held(&json),
             state: adapter.state(&json),
-            deleting: object.metadata.deletion_timestamp.is_some(),
-            created_ms: object
-                .metadata
+            deleting: metadata.deletion_timestamp.is_some(),
+            created_ms: metadata
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_millisecond()),
@@ -543,6 +552,53 @@ mod tests {
         let (release, hold) = hold_release_patches(job);
         assert_eq!(release, serde_json::json!({ "spec": { "suspend": false } }));
         assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
+    }
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_job_record_reads_the_hold_from_fields_or_annotations() {
+        let batch = jobs::for_kind("batch", "Job").unwrap();
+        let job = |suspend: bool| {
+            object(serde_json::json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": { "name": "j", "namespace": "ns", "uid": "u-1",
+                              "annotations": { keys::QUEUE_UNIT_ANNOTATION: "j-1" } },
+                "spec": { "suspend": suspend, "template": { "spec": { "containers": [] } } },
+                "status": { "active": 1 },
+            }))
+        };
+        let held = JobRecord::from_object(batch, job(true)).unwrap();
+        assert!(held.held);
+        assert_eq!(
+            (
+                held.name.as_str(),
+                held.uid.as_str(),
+                held.unit_name.as_str()
+            ),
+            ("j", "u-1", "j-1")
+        );
+        let running = JobRecord::from_object(batch, job(false)).unwrap();
+        assert!(!running.held);
+        assert_eq!(running.state, jobs::JobState::Running);
+
+        // A Kubeflow job held by the annotation alone.
+        let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
+        let tfjob = object(serde_json::json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": { "name": "t", "namespace": "ns",
+                          "annotations": { keys::QUEUE_UNIT_ANNOTATION: "t-1",
+                                           keys::SUSPEND_ANNOTATION: "true" } },
+            "spec": { "tfReplicaSpecs": {} },
+        }));
+        assert!(JobRecord::from_object(tf, tfjob).unwrap().held);
+
+        // Not queued by Koord-Queue: no record.
+        let mut plain = job(false);
+        plain.metadata.annotations = None;
+        assert!(JobRecord::from_object(batch, plain).is_none());
     }
 }
 

@@ -146,7 +146,7 @@ pub fn start(
                 name,
                 move |obj: DynamicObject| {
                     // Jobs Koord-Queue does not queue are not kept.
-                    JobRecord::from_object(adapter, &obj).map(Box::new)
+                    JobRecord::from_object(adapter, obj).map(Box::new)
                 },
                 move |change| Input::Job(name, change),
             )
