@@ -554,7 +554,7 @@ mod tests {
         assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
     }
 
-    fn object(value: serde_json::Value) -> DynamicObject {
+    fn object(value: Value) -> DynamicObject {
         serde_json::from_value(value).unwrap()
     }
 
@@ -582,7 +582,7 @@ mod tests {
         );
         let running = JobRecord::from_object(batch, job(false)).unwrap();
         assert!(!running.held);
-        assert_eq!(running.state, jobs::JobState::Running);
+        assert_eq!(running.state, JobState::Running);
 
         // A Kubeflow job held by the annotation alone.
         let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
