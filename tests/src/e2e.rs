@@ -47,6 +47,17 @@ pub async fn create_quota(
     Ok(())
 }
 
+/// A parent quota and one leaf under it, both with min 0 and `max_cpu`.
+pub async fn create_quota_pair(
+    client: &kube::Client,
+    parent: &str,
+    leaf: &str,
+    max_cpu: &str,
+) -> Result<()> {
+    create_quota(client, parent, None, true, "0", max_cpu, None).await?;
+    create_quota(client, leaf, Some(parent), false, "0", max_cpu, None).await
+}
+
 /// A quota tree `<name>` → `<name>-q` (min 0, max `max_cpu`) and its Queue,
 /// with `spec` merged into the Queue the scheduler created for the leaf
 /// quota; returns the leaf (queue) name. Needs a running scheduler.
@@ -57,9 +68,8 @@ pub async fn queue_with(
     spec: serde_json::Value,
 ) -> Result<String> {
     let client = cp.client().await?;
-    create_quota(&client, name, None, true, "0", max_cpu, None).await?;
     let leaf = format!("{name}-q");
-    create_quota(&client, &leaf, Some(name), false, "0", max_cpu, None).await?;
+    create_quota_pair(&client, name, &leaf, max_cpu).await?;
     let queues: Api<Queue> = Api::namespaced(client, keys::SYSTEM_NAMESPACE);
     crate::fixtures::eventually(Duration::from_secs(15), || async {
         Ok(queues.get_opt(&leaf).await?.is_some())

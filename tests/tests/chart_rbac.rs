@@ -16,7 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_api::{Queue, QueueUnit, keys};
-use koord_queue_tests::e2e::{self, create_quota, job_yaml, kubectl_create_job, wait_phase};
+use koord_queue_tests::e2e::{self, create_quota_pair, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::install::{self, ComponentSetup, Components, LocalInstall, RELEASE};
 use koord_queue_tests::{ControlPlane, background, fixtures, job_crds, metrics, process, shared};
 use kube::api::{
@@ -96,10 +96,7 @@ async fn components_with_the_chart_identities_run_the_end_to_end_flow() {
     let (cp, deployed) = setup().await;
     let install = &deployed.install;
     let client = cp.client().await.unwrap();
-    create_quota(&client, "rbac", None, true, "0", "8", None)
-        .await
-        .unwrap();
-    create_quota(&client, "rbac-q", Some("rbac"), false, "0", "8", None)
+    create_quota_pair(&client, "rbac", "rbac-q", "8")
         .await
         .unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
@@ -201,10 +198,7 @@ async fn components_with_the_chart_identities_run_the_end_to_end_flow() {
 async fn a_framework_job_is_released_with_the_chart_rbac() {
     let (cp, _) = setup().await;
     let client = cp.client().await.unwrap();
-    create_quota(&client, "rbac-tf", None, true, "0", "8", None)
-        .await
-        .unwrap();
-    create_quota(&client, "rbac-tf-q", Some("rbac-tf"), false, "0", "8", None)
+    create_quota_pair(&client, "rbac-tf", "rbac-tf-q", "8")
         .await
         .unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_tests::e2e::{
-    self, create_quota, create_resource_quota, job_yaml, kubectl_create_job, wait_phase,
+    self, create_quota_pair, create_resource_quota, job_yaml, kubectl_create_job, wait_phase,
 };
 use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, webhook};
 use kube::api::{Api, DeleteParams, ListParams};
@@ -43,12 +43,7 @@ async fn setup() -> &'static ControlPlane {
             .unwrap();
             let replica = scheduler::start_leader(cp, args).await.unwrap();
             let client = cp.client().await.unwrap();
-            create_quota(&client, "rq", None, true, "0", "64", None)
-                .await
-                .unwrap();
-            create_quota(&client, LEAF, Some("rq"), false, "0", "64", None)
-                .await
-                .unwrap();
+            create_quota_pair(&client, "rq", LEAF, "64").await.unwrap();
             // Jobs naming the quota are refused until the webhook knows it;
             // the scheduler's Queue for it shows the quota was seen.
             let queues: Api<koord_queue_api::Queue> =

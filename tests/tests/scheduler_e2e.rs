@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::{Queue, QueueUnit, keys};
 use koord_queue_tests::e2e::{
-    self, UsageMonitor, create_quota, job_yaml, kubectl_create_job, wait_phase,
+    self, UsageMonitor, create_quota, create_quota_pair, job_yaml, kubectl_create_job, wait_phase,
 };
 use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, webhook};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -271,10 +271,7 @@ async fn deleted_jobs_free_quota_and_orphans_are_collected() {
     let cp = setup().await;
     let client = cp.client().await.unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
-    create_quota(&client, "del", None, true, "0", "4", None)
-        .await
-        .unwrap();
-    create_quota(&client, "del-q", Some("del"), false, "0", "4", None)
+    create_quota_pair(&client, "del", "del-q", "4")
         .await
         .unwrap();
 
@@ -351,10 +348,7 @@ async fn a_held_job_whose_unit_never_appeared_gets_one() {
     // Not opted in, so the webhook stays out: the jobs arrive held and
     // annotated as the webhook answers, but nobody created their units.
     let ns = fixtures::create_namespace(&client, false).await.unwrap();
-    create_quota(&client, "rep", None, true, "0", "2", None)
-        .await
-        .unwrap();
-    create_quota(&client, "rep-q", Some("rep"), false, "0", "2", None)
+    create_quota_pair(&client, "rep", "rep-q", "2")
         .await
         .unwrap();
     let held = |name: &str, cpu: &str| {
@@ -416,10 +410,7 @@ async fn a_job_kind_installed_later_is_followed_without_restart() {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let cp = setup().await;
     let client = cp.client().await.unwrap();
-    create_quota(&client, "late", None, true, "0", "8", None)
-        .await
-        .unwrap();
-    create_quota(&client, "late-q", Some("late"), false, "0", "8", None)
+    create_quota_pair(&client, "late", "late-q", "8")
         .await
         .unwrap();
     fixtures::apply_crds(&client, &koord_queue_tests::job_crds::job_framework_crds())

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_tests::e2e::{
-    self, UsageMonitor, create_quota, job_yaml, kubectl_create_job, wait_phase,
+    self, UsageMonitor, create_quota_pair, job_yaml, kubectl_create_job, wait_phase,
 };
 use koord_queue_tests::{fixtures, scheduler, shared, webhook};
 use kube::api::{Api, ListParams};
@@ -18,12 +18,7 @@ async fn restart_and_failover_lose_nothing_and_release_nothing_twice() {
     let cp = shared::tier2().await.unwrap();
     webhook::start_and_register(cp).await.unwrap();
     let client = cp.client().await.unwrap();
-    create_quota(&client, "ha", None, true, "0", "6", None)
-        .await
-        .unwrap();
-    create_quota(&client, "ha-q", Some("ha"), false, "0", "6", None)
-        .await
-        .unwrap();
+    create_quota_pair(&client, "ha", "ha-q", "6").await.unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
     let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec!["ha-q".into()]);
 

@@ -33,6 +33,11 @@ async fn post(router: &axum::Router, body: Vec<u8>) -> (StatusCode, Value) {
     )
 }
 
+/// The answer to a well-formed review.
+async fn answer(router: &axum::Router, review: Value) -> Value {
+    post(router, review.to_string().into_bytes()).await.1
+}
+
 fn router(api: Arc<MemoryApi>) -> axum::Router {
     koord_queue_webhook::router(webhook(standard_view(), api), 1024 * 1024)
 }
@@ -90,13 +95,7 @@ async fn a_quota_the_cache_has_not_seen_yet_is_read_directly() {
         .insert("team-new".into(), false);
     let router = router(api.clone());
     let fresh = job("fresh", Some("team-new"));
-    let (_, body) = post(
-        &router,
-        review("CREATE", fresh.clone(), None, "alice")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", fresh.clone(), None, "alice")).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let held = patched(&fresh, &body);
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
@@ -108,11 +107,9 @@ async fn a_quota_the_cache_has_not_seen_yet_is_read_directly() {
     );
 
     // Still refused when the direct read finds nothing, listing the quotas.
-    let (_, body) = post(
+    let body = answer(
         &router,
-        review("CREATE", job("nope", Some("team-zzz")), None, "alice")
-            .to_string()
-            .into_bytes(),
+        review("CREATE", job("nope", Some("team-zzz")), None, "alice"),
     )
     .await;
     assert_eq!(body["response"]["allowed"], false);
@@ -126,7 +123,7 @@ async fn dry_run_patches_without_creating() {
     let router = router(api.clone());
     let mut review = review("CREATE", job("dry", Some("team-a")), None, "alice");
     review["request"]["dryRun"] = json!(true);
-    let (_, body) = post(&router, review.to_string().into_bytes()).await;
+    let body = answer(&router, review).await;
     assert_eq!(body["response"]["allowed"], true);
     assert!(body["response"]["patch"].is_string());
     assert_eq!(*api.creates.lock().unwrap(), 0);
@@ -135,13 +132,7 @@ async fn dry_run_patches_without_creating() {
 #[tokio::test]
 async fn mapping_refusals_name_the_label_and_the_quotas() {
     let router = router(Arc::new(MemoryApi::default()));
-    let (_, body) = post(
-        &router,
-        review("CREATE", job("x", Some("nope")), None, "a")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", job("x", Some("nope")), None, "a")).await;
     let message = body["response"]["status"]["message"].as_str().unwrap();
     assert_eq!(body["response"]["allowed"], false);
     assert!(
@@ -149,13 +140,7 @@ async fn mapping_refusals_name_the_label_and_the_quotas() {
         "{message}"
     );
 
-    let (_, body) = post(
-        &router,
-        review("CREATE", job("x", Some("org")), None, "a")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", job("x", Some("org")), None, "a")).await;
     assert!(
         body["response"]["status"]["message"]
             .as_str()
@@ -163,13 +148,7 @@ async fn mapping_refusals_name_the_label_and_the_quotas() {
             .contains("parent quota")
     );
 
-    let (_, body) = post(
-        &router,
-        review("CREATE", job("x", None), None, "a")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", job("x", None), None, "a")).await;
     let message = body["response"]["status"]["message"].as_str().unwrap();
     assert!(
         message.contains("quota.scheduling.koordinator.sh/name")
@@ -179,13 +158,7 @@ async fn mapping_refusals_name_the_label_and_the_quotas() {
     // The namespace's default queue applies when the job names no quota.
     let mut defaulted = job("x", None);
     defaulted["metadata"]["namespace"] = json!("defaulted");
-    let (_, body) = post(
-        &router,
-        review("CREATE", defaulted, None, "a")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", defaulted, None, "a")).await;
     assert_eq!(body["response"]["allowed"], true);
 }
 
@@ -194,13 +167,7 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
     let api = Arc::new(MemoryApi::default());
     let router = router(api.clone());
     let job = job("train", Some("team-a"));
-    let (_, body) = post(
-        &router,
-        review("CREATE", job.clone(), None, "alice")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("CREATE", job.clone(), None, "alice")).await;
     let held = patched(&job, &body);
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
         .as_str()
@@ -210,22 +177,18 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
     let mut lifted = held.clone();
     lifted["spec"]["suspend"] = json!(false);
 
-    let (_, body) = post(
+    let body = answer(
         &router,
-        review("UPDATE", lifted.clone(), Some(held.clone()), "alice")
-            .to_string()
-            .into_bytes(),
+        review("UPDATE", lifted.clone(), Some(held.clone()), "alice"),
     )
     .await;
     assert_eq!(body["response"]["allowed"], false);
     let message = body["response"]["status"]["message"].as_str().unwrap();
     assert!(message.contains("queued in queue team-a"), "{message}");
 
-    let (_, body) = post(
+    let body = answer(
         &router,
-        review("UPDATE", lifted.clone(), Some(held.clone()), SCHEDULER)
-            .to_string()
-            .into_bytes(),
+        review("UPDATE", lifted.clone(), Some(held.clone()), SCHEDULER),
     )
     .await;
     assert_eq!(body["response"]["allowed"], true);
@@ -240,13 +203,7 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
         phase: Some(koord_queue_api::QueueUnitPhase::Dequeued),
         ..Default::default()
     });
-    let (_, body) = post(
-        &router,
-        review("UPDATE", lifted, Some(held), "alice")
-            .to_string()
-            .into_bytes(),
-    )
-    .await;
+    let body = answer(&router, review("UPDATE", lifted, Some(held), "alice")).await;
     assert_eq!(body["response"]["allowed"], true);
 }
 
@@ -271,7 +228,7 @@ async fn malformed_requests_get_precise_answers() {
     // Unknown kinds are refused with a message.
     let mut unknown = review("CREATE", job("x", Some("team-a")), None, "a");
     unknown["request"]["kind"] = json!({ "group": "apps", "version": "v1", "kind": "Deployment" });
-    let (_, body) = post(&router, unknown.to_string().into_bytes()).await;
+    let body = answer(&router, unknown).await;
     assert_eq!(body["response"]["allowed"], false);
     assert!(
         body["response"]["status"]["message"]

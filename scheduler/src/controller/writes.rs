@@ -778,17 +778,14 @@ impl Writer {
 impl Write {
     fn lane(&self) -> Lane {
         match self {
-            Self::Adopt { .. } => Lane::Adoption,
             // Phases that change nothing held say where a unit is, as
             // positions do; the longer they wait, the likelier a later write
-            // makes them moot (see `withdrawable`).
-            Self::Enqueue { .. }
-            | Self::Phase {
-                phase: QueueUnitPhase::Running,
-                ..
+            // makes them moot.
+            w if w.withdrawable() => Lane::Visibility,
+            Self::Adopt { .. } => Lane::Adoption,
+            Self::Enqueue { .. } | Self::Visibility { .. } | Self::QueueStatus { .. } => {
+                Lane::Visibility
             }
-            | Self::Visibility { .. }
-            | Self::QueueStatus { .. } => Lane::Visibility,
             Self::Event { .. } => Lane::Events,
             Self::Release { .. }
             | Self::Backoff { .. }

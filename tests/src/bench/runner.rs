@@ -235,11 +235,6 @@ impl Runner {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
         let status = job.status.as_ref();
-        // A job released again whose pods-deleted write did not land yet
-        // keeps its startTime: the API server refuses to change it.
-        let start_time = status
-            .and_then(|s| s.start_time.as_ref())
-            .and_then(|t| serde_json::to_value(t).ok());
         let complete = status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| {
@@ -284,6 +279,11 @@ impl Runner {
             let generation = timeline.generation;
             st.running.change(leaf, cpu, t, &object);
             drop(guard);
+            // A job released again whose pods-deleted write did not land
+            // yet keeps its startTime: the API server refuses to change it.
+            let start_time = status
+                .and_then(|s| s.start_time.as_ref())
+                .and_then(|t| serde_json::to_value(t).ok());
             let this = self.clone();
             tokio::spawn(async move { this.run_job(i, generation, start_time).await });
         } else if suspended && timeline.released_now {
