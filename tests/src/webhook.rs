@@ -84,48 +84,48 @@ pub fn write_serving_cert(cp: &ControlPlane, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The rules of every job kind and the scheduler's exemption, as the chart
-/// registers them.
+/// The two webhooks the chart registers: every create, and the updates of
+/// anyone but the scheduler.
 pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfiguration> {
     use base64::Engine;
-    let rules: Vec<serde_json::Value> = koord_queue_api::jobs::all()
-        .iter()
-        .map(|a| {
-            let kind = a.kind();
-            serde_json::json!({
-                "apiGroups": [kind.group],
-                "apiVersions": [kind.version],
-                "resources": [kind.plural],
-                "operations": ["CREATE", "UPDATE"],
-                "scope": "Namespaced",
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let hook = |name: &str, operation: &str| {
+        let rules: Vec<serde_json::Value> = koord_queue_api::jobs::all()
+            .iter()
+            .map(|a| {
+                let kind = a.kind();
+                serde_json::json!({
+                    "apiGroups": [kind.group],
+                    "apiVersions": [kind.version],
+                    "resources": [kind.plural],
+                    "operations": [operation],
+                    "scope": "Namespaced",
+                })
             })
-        })
-        .collect();
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": { "name": WEBHOOK_CONFIGURATION },
-        "webhooks": [{
-            "name": "jobs.koord-queue.x-k8s.io",
+            .collect();
+        serde_json::json!({
+            "name": name,
             "admissionReviewVersions": ["v1"],
-            "clientConfig": {
-                "url": url,
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-            },
+            "clientConfig": { "url": url, "caBundle": ca_bundle },
             "rules": rules,
-            "matchConditions": [{
-                "name": "not-an-update-by-the-scheduler",
-                "expression": format!(
-                    "request.operation != 'UPDATE' || request.userInfo.username != '{SCHEDULER_USER}'"
-                ),
-            }],
             "namespaceSelector": { "matchLabels": { keys::ENABLED_NAMESPACE_LABEL: "true" } },
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "NoneOnDryRun",
             "timeoutSeconds": 10,
             "reinvocationPolicy": "Never",
-        }],
+        })
+    };
+    let mut updates = hook("job-updates.koord-queue.x-k8s.io", "UPDATE");
+    updates["matchConditions"] = serde_json::json!([{
+        "name": "not-by-the-scheduler",
+        "expression": format!("request.userInfo.username != '{SCHEDULER_USER}'"),
+    }]);
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": { "name": WEBHOOK_CONFIGURATION },
+        "webhooks": [hook("jobs.koord-queue.x-k8s.io", "CREATE"), updates],
     }))?)
 }
 

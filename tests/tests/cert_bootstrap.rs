@@ -80,11 +80,21 @@ async fn ca_bundle_of(client: &kube::Client, config: &str) -> Option<String> {
         .get(config)
         .await
         .unwrap();
-    mwc.webhooks.unwrap()[0]
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .map(|b| String::from_utf8(b.0.clone()).unwrap())
+    // Every webhook of the configuration (creates, updates) gets the bundle.
+    let bundles: Vec<Option<String>> = mwc
+        .webhooks
+        .unwrap()
+        .iter()
+        .map(|w| {
+            w.client_config
+                .ca_bundle
+                .as_ref()
+                .map(|b| String::from_utf8(b.0.clone()).unwrap())
+        })
+        .collect();
+    assert_eq!(bundles.len(), 2);
+    assert_eq!(bundles[0], bundles[1], "one bundle for both webhooks");
+    bundles[0].clone()
 }
 
 #[tokio::test]
@@ -160,7 +170,7 @@ async fn the_bootstrap_makes_a_working_webhook_and_rotations_keep_it_working() {
         .await
         .unwrap();
     assert!(matches!(report.change, Change::Created(_)), "{report:?}");
-    assert_eq!(report.patched_webhooks, 1);
+    assert_eq!(report.patched_webhooks, 2);
     let (bundle, stored) = secret_data(&admin, &secret).await;
     assert_eq!(stored.type_.as_deref(), Some("kubernetes.io/tls"));
     let keys: Vec<_> = stored.data.as_ref().unwrap().keys().cloned().collect();

@@ -214,48 +214,60 @@ fn the_webhook_configuration_is_as_designed() {
         "koord-queue/koord-queue-webhook"
     );
     let hooks = config["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 1);
-    let hook = &hooks[0];
-    assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
-    assert_eq!(hook["sideEffects"], "NoneOnDryRun");
-    assert_eq!(hook["matchPolicy"], "Equivalent");
-    assert_eq!(hook["timeoutSeconds"], 10);
-    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hooks.len(), 2, "creates, and updates not by the scheduler");
+    let names: Vec<_> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
     assert_eq!(
-        hook["clientConfig"]["service"],
-        json!({ "name": "koord-queue-webhook", "namespace": NS, "path": "/mutate", "port": 443 })
+        names,
+        [
+            "jobs.koord-queue.x-k8s.io",
+            "job-updates.koord-queue.x-k8s.io"
+        ]
     );
-    assert!(
-        hook["clientConfig"]["caBundle"].is_null(),
-        "injected by cert-manager"
-    );
+    for (hook, operation) in hooks.iter().zip(["CREATE", "UPDATE"]) {
+        assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+        assert_eq!(hook["sideEffects"], "NoneOnDryRun");
+        assert_eq!(hook["matchPolicy"], "Equivalent");
+        assert_eq!(hook["timeoutSeconds"], 10);
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(
+            hook["clientConfig"]["service"],
+            json!({ "name": "koord-queue-webhook", "namespace": NS, "path": "/mutate", "port": 443 })
+        );
+        assert!(
+            hook["clientConfig"]["caBundle"].is_null(),
+            "injected by cert-manager"
+        );
+        assert_eq!(
+            hook["rules"],
+            json!([{
+                "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"],
+                "operations": [operation], "scope": "Namespaced",
+            }]),
+            "by default only batch/v1 Jobs"
+        );
+        // The opt-in label selects; the system namespaces and the release's
+        // own never match, whatever the selector.
+        let sel = &hook["namespaceSelector"];
+        assert!(selects(sel, &namespace_labels("team-a", true)));
+        assert!(!selects(sel, &namespace_labels("team-a", false)));
+        for never in ["kube-system", "kube-public", "kube-node-lease", NS] {
+            assert!(!selects(sel, &namespace_labels(never, true)), "{never}");
+        }
+    }
+    // Creates carry no condition (the API server would convert every job
+    // for it); the scheduler's own updates skip the webhook (it allows
+    // them all).
+    assert!(hooks[0]["matchConditions"].is_null());
     assert_eq!(
-        hook["rules"],
+        hooks[1]["matchConditions"],
         json!([{
-            "apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"],
-            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced",
-        }]),
-        "by default only batch/v1 Jobs"
-    );
-    // The scheduler's own updates skip the webhook (it allows them all).
-    assert_eq!(
-        hook["matchConditions"],
-        json!([{
-            "name": "not-an-update-by-the-scheduler",
+            "name": "not-by-the-scheduler",
             "expression": format!(
-                "request.operation != 'UPDATE' || request.userInfo.username != 'system:serviceaccount:{NS}:koord-queue-scheduler'"
+                "request.userInfo.username != 'system:serviceaccount:{NS}:koord-queue-scheduler'"
             ),
         }])
     );
 
-    // The opt-in label selects; the system namespaces and the release's own
-    // never match, whatever the selector.
-    let sel = &hook["namespaceSelector"];
-    assert!(selects(sel, &namespace_labels("team-a", true)));
-    assert!(!selects(sel, &namespace_labels("team-a", false)));
-    for never in ["kube-system", "kube-public", "kube-node-lease", NS] {
-        assert!(!selects(sel, &namespace_labels(never, true)), "{never}");
-    }
     let docs = render(&[
         // Clearing the opt-in label selects every namespace…
         "--set",
@@ -265,19 +277,21 @@ fn the_webhook_configuration_is_as_designed() {
         "--set",
         "webhook.timeoutSeconds=5",
     ]);
-    let hook = &find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook")["webhooks"][0];
-    assert_eq!(hook["failurePolicy"], "Ignore");
-    assert_eq!(hook["timeoutSeconds"], 5);
-    let sel = &hook["namespaceSelector"];
-    assert!(
-        selects(sel, &namespace_labels("anything", false)),
-        "no label needed…"
-    );
-    for never in ["kube-system", "kube-public", "kube-node-lease", NS] {
+    let config = find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook");
+    for hook in config["webhooks"].as_array().unwrap() {
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(hook["timeoutSeconds"], 5);
+        let sel = &hook["namespaceSelector"];
         assert!(
-            !selects(sel, &namespace_labels(never, true)),
-            "…but never {never}"
+            selects(sel, &namespace_labels("anything", false)),
+            "no label needed…"
         );
+        for never in ["kube-system", "kube-public", "kube-node-lease", NS] {
+            assert!(
+                !selects(sel, &namespace_labels(never, true)),
+                "…but never {never}"
+            );
+        }
     }
     // The webhook's own time budget stays under the API server's.
     let webhook = find(&docs, "Deployment", "koord-queue-webhook");
@@ -289,18 +303,7 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
     let all = all_kinds_enabled();
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let docs = render(&all);
-    let hook = &find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook")["webhooks"][0];
-    let mut registered: Vec<(String, String, String)> = Vec::new();
-    for rule in hook["rules"].as_array().unwrap() {
-        assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
-        for r in rule["resources"].as_array().unwrap() {
-            registered.push((
-                rule["apiGroups"][0].as_str().unwrap().into(),
-                rule["apiVersions"][0].as_str().unwrap().into(),
-                r.as_str().unwrap().into(),
-            ));
-        }
-    }
+    let hooks = &find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook")["webhooks"];
     let mut expected: Vec<(String, String, String)> = koord_queue_api::jobs::all()
         .iter()
         .map(|a| {
@@ -308,12 +311,25 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
             (k.group.into(), k.version.into(), k.plural.into())
         })
         .collect();
-    registered.sort();
     expected.sort();
-    assert_eq!(
-        registered, expected,
-        "one rule per adapter of the api crate"
-    );
+    for (hook, operation) in hooks.as_array().unwrap().iter().zip(["CREATE", "UPDATE"]) {
+        let mut registered: Vec<(String, String, String)> = Vec::new();
+        for rule in hook["rules"].as_array().unwrap() {
+            assert_eq!(rule["operations"], json!([operation]));
+            for r in rule["resources"].as_array().unwrap() {
+                registered.push((
+                    rule["apiGroups"][0].as_str().unwrap().into(),
+                    rule["apiVersions"][0].as_str().unwrap().into(),
+                    r.as_str().unwrap().into(),
+                ));
+            }
+        }
+        registered.sort();
+        assert_eq!(
+            registered, expected,
+            "{operation}: one rule per adapter of the api crate"
+        );
+    }
 
     let kinds_flag = format!("--enabled-kinds={}", ALL_KINDS.join(","));
     let webhook_args = args_of(find(&docs, "Deployment", "koord-queue-webhook"));
@@ -652,10 +668,9 @@ fn each_cert_mode_renders_its_certificate_objects() {
             assert!(!kinds(&docs).contains(&k.to_string()), "no {k}");
         }
         let config = find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook");
-        assert_eq!(
-            config["webhooks"][0]["clientConfig"]["caBundle"],
-            b64.as_str()
-        );
+        for hook in config["webhooks"].as_array().unwrap() {
+            assert_eq!(hook["clientConfig"]["caBundle"], b64.as_str());
+        }
         let webhook = find(&docs, "Deployment", "koord-queue-webhook");
         assert_eq!(
             webhook["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
