@@ -2,6 +2,12 @@
 
 use clap::Parser;
 
+// Decoding watch events and write responses (serde_json, many small
+// allocations) left glibc malloc sorting free lists a third of the time;
+// see docs/performance.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     koord_queue_scheduler::run(koord_queue_scheduler::Args::parse()).await

@@ -194,7 +194,9 @@ impl ControlPlane {
                 ("service-cluster-ip-range", "10.0.0.0/24".into()),
                 ("authorization-mode", "Node,RBAC".into()),
                 ("allow-privileged", "true".into()),
-                ("profiling", "false".into()),
+                // `/debug/pprof` for admins: how the benchmark's API server
+                // time is found (docs/performance.md); no cost until asked.
+                ("profiling", "true".into()),
                 ("enable-priority-and-fairness", "true".into()),
                 ("max-requests-inflight", "800".into()),
                 ("max-mutating-requests-inflight", "400".into()),

@@ -14,5 +14,6 @@ pub mod plot;
 pub mod proc_stats;
 pub mod quota;
 pub mod report;
+pub mod rounds;
 pub mod runner;
 pub mod shape;

@@ -9,6 +9,7 @@ use super::api_stats::{self, Component};
 use super::phase::{PhaseKind, PhaseResult};
 use super::plot::{self, Line, Panel};
 use super::report::{self, Distribution};
+use super::rounds::Round;
 use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 
 /// Kueue's published baseline (test/performance/scheduler, averages of 5 CI
@@ -189,6 +190,8 @@ pub fn result_json(
     command: &str,
     settings: Value,
     results: &[PhaseResult],
+    rounds: &[Round],
+    reported_round: Option<usize>,
 ) -> Value {
     let find = |k: PhaseKind| results.iter().find(|r| r.kind == k);
     let run = find(PhaseKind::Run);
@@ -235,7 +238,13 @@ pub fn result_json(
         "saturated_throughput_jobs_per_s": saturated.map(|s| round(s.throughput(), 2)),
         "floor_throughput_jobs_per_s": floor.map(|f| round(f.throughput(), 2)),
         "floor_ratio": floor_ratio,
-        "floor_ratio_definition": "saturated_throughput / floor_throughput: both create the same jobs as fast as the API allows and do the same API writes per job (copied from the saturated run's client counts); the floor has no webhook and no scheduling logic",
+        "floor_ratio_definition": "saturated_throughput / floor_throughput: both create the same jobs as fast as the API allows and do the same API writes per job (copied from the saturated run's client counts); the floor has no webhook and no scheduling logic. Measured in alternating rounds (each floor right after its saturated run); the round with the median ratio is reported, here and in `phases`",
+        "rounds": rounds.iter().map(|r| json!({
+            "saturated_jobs_per_s": r.saturated_jobs_per_s.map(|v| round(v, 2)),
+            "floor_jobs_per_s": r.floor_jobs_per_s.map(|v| round(v, 2)),
+            "floor_ratio": r.floor_ratio.map(|v| round(v, 3)),
+        })).collect::<Vec<_>>(),
+        "reported_round": reported_round.map(|i| i + 1),
         "time_to_release": headline["time_to_release"],
         "quota_violations": results.iter().filter(|r| r.kind == PhaseKind::Run).map(|r| { let (a, b) = violations(r); a + b }).sum::<usize>(),
         "cpu_usage_percent_of_min": headline["cpu_usage_percent_of_min"],
@@ -512,6 +521,25 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
         f(&json["floor_throughput_jobs_per_s"]),
         f(&json["floor_ratio"])
     );
+    if let Some(rounds) = json["rounds"].as_array().filter(|r| r.len() > 1) {
+        let each: Vec<String> = rounds
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{} = {}",
+                    f(&r["saturated_jobs_per_s"]),
+                    f(&r["floor_jobs_per_s"]),
+                    f(&r["floor_ratio"])
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  rounds (saturated/floor jobs/s = ratio): {}; reported: round {} (the median ratio)",
+            each.join(", "),
+            json["reported_round"]
+        );
+    }
     let _ = writeln!(out, "  quota violations: {}", json["quota_violations"]);
     out
 }

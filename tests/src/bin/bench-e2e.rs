@@ -26,9 +26,15 @@ use koord_queue_tests::bench::components::SchedulerOptions;
 use koord_queue_tests::bench::output;
 use koord_queue_tests::bench::phase::{self, PhaseConfig, PhaseKind};
 use koord_queue_tests::bench::proc_stats;
+use koord_queue_tests::bench::rounds;
 use koord_queue_tests::bench::runner::RuntimeOptions;
 use koord_queue_tests::bench::shape::{Shape, parse_scale};
 use serde_json::json;
+
+// The shipped webhook's and scheduler's allocator, for them and for the
+// benchmark's own job runtime and null scheduler alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// End-to-end benchmark of Koord-Queue (Kueue's baseline shape).
 #[derive(Debug, Parser)]
@@ -50,6 +56,10 @@ struct Cli {
     /// Phases to run, in order.
     #[arg(long, value_delimiter = ',', default_value = "run,saturated,floor")]
     phases: Vec<String>,
+    /// Rounds of the saturated run and the floor (alternating); the round
+    /// with the median floor ratio is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Directory of the JSON result and the SVG plot.
     #[arg(long, default_value = "target/bench-e2e")]
     out_dir: PathBuf,
@@ -118,6 +128,9 @@ async fn run(cli: Cli) -> Result<bool> {
     if kinds.is_empty() {
         bail!("--phases: nothing to run");
     }
+    if cli.rounds == 0 {
+        bail!("--rounds: at least 1");
+    }
     std::fs::create_dir_all(&cli.out_dir)
         .with_context(|| format!("creating {}", cli.out_dir.display()))?;
     koord_queue_certs::install_crypto_provider();
@@ -148,22 +161,27 @@ async fn run(cli: Cli) -> Result<bool> {
     };
     let stats = Arc::new(ApiStats::default());
     let mut results = Vec::new();
-    let mut floor_writes = None;
-    for kind in kinds {
+    // Each round's floor copies that round's saturated writes.
+    let mut floor_writes_by_round = Vec::new();
+    for kind in rounds::schedule(&kinds, cli.rounds) {
         let config = PhaseConfig {
             kind,
             scheduler: scheduler.clone(),
             runtime: runtime.clone(),
             create_concurrency: cli.create_concurrency,
-            floor_writes: floor_writes.clone(),
+            floor_writes: floor_writes_by_round.last().cloned(),
             timeout: cli.timeout,
         };
         let result = phase::run(shape.clone(), &config, stats.clone()).await?;
         if kind == PhaseKind::Saturated {
-            floor_writes = Some(result.writes_for_floor());
+            floor_writes_by_round.push(result.writes_for_floor());
         }
         results.push(result);
     }
+    let ran: Vec<(PhaseKind, f64)> = results.iter().map(|r| (r.kind, r.throughput())).collect();
+    let rounds = rounds::rounds(&ran);
+    let round = rounds::median(&rounds);
+    let results = rounds::reported(results, |r| r.kind, round);
 
     let settings = json!({
         "create_concurrency": cli.create_concurrency,
@@ -175,7 +193,7 @@ async fn run(cli: Cli) -> Result<bool> {
             "job_events": cli.job_events,
             "cycle_batch": format!("{:?}", cli.cycle_batch),
         },
-        "floor_writes": floor_writes,
+        "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
         "machine": {
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             "load_average_at_start": load,
@@ -183,7 +201,7 @@ async fn run(cli: Cli) -> Result<bool> {
         "source": source,
         "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
     });
-    let json = output::result_json(&shape, &command, settings, &results);
+    let json = output::result_json(&shape, &command, settings, &results, &rounds, round);
     let base = cli.out_dir.join(format!("e2e-{}", shape.scale));
     let json_path = base.with_extension("json");
     let svg_path = base.with_extension("svg");
