@@ -17,12 +17,14 @@ use kube::api::{
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+/// The admin address of the webhook [`setup`] registers.
+static WEBHOOK_ADMIN: OnceCell<std::net::SocketAddr> = OnceCell::const_new();
+
 /// The shared control plane with the job CRDs, two quotas, a PriorityClass
 /// and the webhook registered.
 async fn setup() -> &'static ControlPlane {
-    static READY: OnceCell<()> = OnceCell::const_new();
     let cp = koord_queue_tests::shared::tier1().await.unwrap();
-    READY
+    WEBHOOK_ADMIN
         .get_or_init(|| async {
             let client = cp.client().await.unwrap();
             fixtures::apply_crds(&client, &koord_queue_tests::job_crds::job_framework_crds())
@@ -51,7 +53,7 @@ async fn setup() -> &'static ControlPlane {
                 .create(&PostParams::default(), &pc)
                 .await
                 .unwrap();
-            webhook::start_and_register(cp).await.unwrap();
+            webhook::start_and_register(cp).await.unwrap().admin_addr
         })
         .await;
     cp
@@ -384,6 +386,20 @@ async fn only_the_scheduler_lifts_the_hold() {
         .unwrap();
     let unit = unit_of(&client, &ns, &serde_json::to_value(&job).unwrap()).await;
 
+    // Job UPDATEs the webhook reviewed (this is the only test here that
+    // updates jobs).
+    let updates_reviewed = || async {
+        let text = koord_queue_tests::metrics::scrape(*WEBHOOK_ADMIN.get().unwrap())
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("koord_queue_webhook_reviews_total{"))
+            .filter(|l| l.contains("kind=\"Job\"") && l.contains("operation=\"UPDATE\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = updates_reviewed().await;
+
     let unsuspend = Patch::Merge(json!({ "spec": { "suspend": false } }));
     let err = jobs_api
         .patch("held", &PatchParams::default(), &unsuspend)
@@ -406,13 +422,21 @@ async fn only_the_scheduler_lifts_the_hold() {
         .to_string();
     assert!(err.contains("managed by Koord-Queue"), "{err}");
 
-    // The scheduler's identity may.
+    assert_eq!(updates_reviewed().await, before + 2.0, "the user's updates");
+
+    // The scheduler's identity may, and the API server does not even ask
+    // the webhook (the updates' webhook leaves the scheduler out).
     let scheduler = webhook::scheduler_client(cp).await.unwrap();
     let released = Api::<Job>::namespaced(scheduler, &ns)
         .patch("held", &PatchParams::default(), &unsuspend)
         .await
         .unwrap();
     assert_eq!(released.spec.unwrap().suspend, Some(false));
+    assert_eq!(
+        updates_reviewed().await,
+        before + 2.0,
+        "the scheduler's update was not reviewed"
+    );
     assert_eq!(unit.spec.queue, "team-a");
 }
 
