@@ -262,3 +262,83 @@ pub struct RequeueState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_at: Option<Time>,
 }
+
+/// A QueueUnit as a watcher decodes it: whole but for its managed fields,
+/// which are most of a unit's metadata and which no watcher reads
+/// ([`crate::kept_meta`]). Watched through `Api::<WatchedUnit>::all(client)`.
+#[derive(Clone, Debug)]
+pub struct WatchedUnit(pub QueueUnit);
+
+impl<'de> Deserialize<'de> for WatchedUnit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Unit {
+            #[serde(default, deserialize_with = "crate::kept_meta::without_managed_fields")]
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            spec: QueueUnitSpec,
+            #[serde(default)]
+            status: Option<QueueUnitStatus>,
+        }
+        let Unit {
+            metadata,
+            spec,
+            status,
+        } = Unit::deserialize(d)?;
+        Ok(Self(QueueUnit {
+            metadata,
+            spec,
+            status,
+        }))
+    }
+}
+
+impl kube::Resource for WatchedUnit {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        QueueUnit::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        QueueUnit::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        QueueUnit::version(dt)
+    }
+    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+        QueueUnit::api_version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        QueueUnit::plural(dt)
+    }
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watched_unit_is_the_unit_without_its_managed_fields() -> Result<(), serde_json::Error> {
+        let unit = serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": "u", "namespace": "ns", "resourceVersion": "5",
+                          "managedFields": [{ "manager": "m", "fieldsV1": { "f:spec": {} } }] },
+            "spec": { "queue": "q", "consumerRef": { "kind": "Job", "name": "j" },
+                      "podSet": [{ "name": "main", "count": 2, "template": { "spec": { "containers": [] } } }] },
+            "status": { "phase": "Dequeued" },
+        });
+        let watched: WatchedUnit = serde_json::from_value(unit.clone())?;
+        let mut whole: QueueUnit = serde_json::from_value(unit)?;
+        assert!(whole.metadata.managed_fields.take().is_some());
+        assert_eq!(watched.0.metadata, whole.metadata);
+        assert_eq!(watched.0.spec, whole.spec);
+        assert_eq!(watched.0.status, whole.status);
+        Ok(())
+    }
+}

@@ -90,6 +90,24 @@ async fn admission_checks_hold_release_and_send_back() {
     wait_phase(&client, &ns, "checked", &[Succeed], LONG)
         .await
         .unwrap();
+    // The conditions follow the phase: finished, no longer holding quota.
+    let done = unit(&client, &ns, "checked").await.status.unwrap();
+    let condition = |type_: &str| {
+        done.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        condition("Finished"),
+        Some(("True".into(), "Succeeded".into())),
+        "{:?}",
+        done.conditions
+    );
+    assert_eq!(
+        condition("QuotaReserved"),
+        Some(("False".into(), "Finished".into()))
+    );
 
     // Rejected and Retry: quota freed, backoff, then checks afresh.
     for (job, state) in [

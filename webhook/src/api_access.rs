@@ -3,8 +3,8 @@
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Namespace;
-use koord_queue_api::{ElasticQuota, QueueUnit, keys};
-use kube::api::{Api, ListParams, PostParams};
+use koord_queue_api::{ElasticQuota, QueueUnit, WriteAck, keys};
+use kube::api::{Api, ListParams};
 
 use crate::view::QuotaInfo;
 
@@ -56,8 +56,10 @@ impl ApiAccess for KubeApi {
         let namespace = unit.metadata.namespace.clone().unwrap_or_default();
         let api: Api<QueueUnit> = Api::namespaced(self.client.clone(), &namespace);
         let unit = unit.clone();
+        let client = self.client.clone();
         Box::pin(async move {
-            match api.create(&PostParams::default(), &unit).await {
+            // The created unit comes back whole; only success is read of it.
+            match WriteAck::create(&client, &namespace, &unit).await {
                 Ok(_) => Ok(Created::New),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     let name = unit.metadata.name.clone().unwrap_or_default();

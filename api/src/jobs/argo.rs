@@ -53,6 +53,10 @@ impl JobAdapter for WorkflowAdapter {
         }])
     }
 
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND, &["status", "phase"]]
+    }
+
     /// From `status.phase`: `Succeeded`, `Failed`/`Error`, `Running`.
     fn state(&self, job: &Value) -> JobState {
         match get_path(job, &["status", "phase"]).and_then(Value::as_str) {

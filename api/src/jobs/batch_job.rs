@@ -52,6 +52,15 @@ impl JobAdapter for BatchJobAdapter {
         }])
     }
 
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[
+            &["spec", "suspend"],
+            &["status", "conditions"],
+            &["status", "ready"],
+            &["status", "active"],
+        ]
+    }
+
     /// `Complete`/`Failed` conditions end the job; active or ready pods mean it runs.
     fn state(&self, job: &Value) -> JobState {
         if condition_true(job, "Complete") {

@@ -132,6 +132,10 @@ impl JobAdapter for KubeflowJobAdapter {
             .collect()
     }
 
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&RUN_POLICY_SUSPEND, &["status", "conditions"]]
+    }
+
     /// From the job's conditions: `Succeeded`/`Failed` end it; `Running` (and
     /// `Restarting`, whose pods are being replaced while it keeps its quota)
     /// mean it runs.

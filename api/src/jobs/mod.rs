@@ -22,6 +22,7 @@ pub mod spark;
 #[cfg(test)]
 mod test_support;
 pub mod unit;
+pub mod watched;
 
 pub use json::{annotation, remove_annotation, set_annotation, set_path};
 pub use pod_request::{pod_spec_requests, pod_template_requests};
@@ -123,6 +124,12 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
 
     /// The job's state from its status.
     fn state(&self, job: &Value) -> JobState;
+
+    /// The fields (JSON paths from the object's root) that
+    /// [`JobAdapter::is_held`] and [`JobAdapter::state`] read, apart from the
+    /// annotations: a watcher keeps these and drops the rest of each job
+    /// ([`watched::WatchedJob`]).
+    fn state_fields(&self) -> &'static [&'static [&'static str]];
 
     /// Name of the job's PriorityClass: a job-level setting where the kind has
     /// one (Kubeflow `runPolicy.schedulingPolicy.priorityClass`, Argo

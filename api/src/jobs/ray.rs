@@ -70,6 +70,14 @@ impl JobAdapter for RayJobAdapter {
         }
     }
 
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[
+            &SUSPEND,
+            &["status", "jobDeploymentStatus"],
+            &["status", "jobStatus"],
+        ]
+    }
+
     /// From `status.jobDeploymentStatus` (and `status.jobStatus`).
     fn state(&self, job: &Value) -> JobState {
         let status = |key| get_path(job, &["status", key]).and_then(Value::as_str);
@@ -107,6 +115,10 @@ impl JobAdapter for RayClusterAdapter {
 
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
         cluster_pod_sets(get_path(job, &["spec"]).unwrap_or(&Value::Null), "spec")
+    }
+
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND, &["status", "state"]]
     }
 
     /// A cluster never finishes: it runs (`status.state: ready`) until deleted.

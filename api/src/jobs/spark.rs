@@ -106,6 +106,10 @@ impl JobAdapter for SparkApplicationAdapter {
         Ok(sets)
     }
 
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND, &["status", "applicationState", "state"]]
+    }
+
     /// From `status.applicationState.state`. `SUCCEEDING`/`FAILING` (the driver
     /// has ended, executors are being cleaned up) still count as running.
     fn state(&self, job: &Value) -> JobState {

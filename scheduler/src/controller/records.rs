@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::jobs::{self, JobAdapter, JobState};
 use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, QueueUnit, Resources, keys};
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 /// `namespace/name`.
@@ -118,6 +118,8 @@ pub struct UnitRecord {
     pub job_kind: Name,
     /// Name of the job.
     pub job_name: String,
+    /// Key of the job, made once: passes over every unit look it up.
+    job: JobKey,
     /// Uid of the job once adopted (owner reference).
     pub owner_uid: Option<String>,
     /// Observed phase.
@@ -166,8 +168,12 @@ impl UnitRecord {
                 && Some(&r.name) == spec.consumer_ref.name.as_ref()
         };
         let labels = unit.labels();
+        let namespace = unit.metadata.namespace.as_deref().unwrap_or_default();
+        let job_kind = spec.consumer_ref.kind.as_deref().unwrap_or_default();
+        let job_name = spec.consumer_ref.name.clone().unwrap_or_default();
         Self {
-            namespace: intern(unit.metadata.namespace.as_deref().unwrap_or_default()),
+            job: JobKey::new(job_kind, namespace, &job_name),
+            namespace: intern(namespace),
             name: unit.name_any(),
             resource_version: rv_number(unit.metadata.resource_version.as_deref()),
             created_ms: unit
@@ -184,8 +190,8 @@ impl UnitRecord {
             priority: spec.effective_priority(),
             request,
             labels: Labels::from_map(labels),
-            job_kind: intern(spec.consumer_ref.kind.as_deref().unwrap_or_default()),
-            job_name: spec.consumer_ref.name.clone().unwrap_or_default(),
+            job_kind: intern(job_kind),
+            job_name,
             owner_uid: unit
                 .owner_references()
                 .iter()
@@ -234,7 +240,7 @@ impl UnitRecord {
 
     /// Key of the unit's job (kind-qualified).
     pub fn job_key(&self) -> JobKey {
-        JobKey::new(&self.job_kind, &self.namespace, &self.job_name)
+        self.job.clone()
     }
 
     /// Whether the observed status says the unit holds quota.
@@ -273,6 +279,8 @@ pub struct JobRecord {
     pub uid: String,
     /// The `koord-queue/queue-unit` annotation.
     pub unit_name: String,
+    /// Key of that unit, made once: passes over every job look it up.
+    pub unit: Key,
     /// Whether the job is held.
     pub held: bool,
     /// The job's own state.
@@ -286,30 +294,26 @@ pub struct JobRecord {
 impl JobRecord {
     /// The record of a job, or `None` when Koord-Queue does not queue it
     /// (no `koord-queue/queue-unit` annotation).
-    pub fn from_object(adapter: &'static dyn JobAdapter, object: DynamicObject) -> Option<Self> {
-        let unit_name = object
-            .annotations()
+    pub fn from_object(adapter: &'static dyn JobAdapter, job: WatchedJob) -> Option<Self> {
+        let unit_name = job
+            .metadata
+            .annotations
+            .as_ref()?
             .get(keys::QUEUE_UNIT_ANNOTATION)?
             .clone();
-        let name = object.name_any();
-        let DynamicObject { metadata, data, .. } = object;
-        // What the adapters read: the job's fields, taken over rather than
-        // copied (a pod template is most of a job), and its annotations.
-        let mut json = data;
-        if let Value::Object(fields) = &mut json {
-            fields.insert(
-                "metadata".into(),
-                serde_json::json!({ "annotations": metadata.annotations }),
-            );
-        }
+        // What the adapters read: the kept fields and the annotations.
+        let view = job.adapter_view();
+        let metadata = job.metadata;
+        let namespace = metadata.namespace.as_deref().unwrap_or_default();
         Some(Self {
             adapter,
-            namespace: intern(metadata.namespace.as_deref().unwrap_or_default()),
-            name,
+            unit: key(namespace, &unit_name),
+            namespace: intern(namespace),
+            name: metadata.name.unwrap_or_default(),
             uid: metadata.uid.unwrap_or_default(),
             unit_name,
-            held: adapter.is_held(&json),
-            state: adapter.state(&json),
+            held: adapter.is_held(&view),
+            state: adapter.state(&view),
             deleting: metadata.deletion_timestamp.is_some(),
             created_ms: metadata
                 .creation_timestamp
@@ -554,8 +558,8 @@ mod tests {
         assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
     }
 
-    fn object(value: Value) -> DynamicObject {
-        serde_json::from_value(value).unwrap()
+    fn object(value: Value) -> WatchedJob {
+        WatchedJob::from_value(&value).unwrap()
     }
 
     #[test]

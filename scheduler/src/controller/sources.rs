@@ -7,8 +7,9 @@
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use koord_queue_api::jobs::JobAdapter;
-use koord_queue_api::{ElasticQuota, Queue, QueueUnit};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use koord_queue_api::jobs::watched::WatchedJob;
+use koord_queue_api::{ElasticQuota, Queue, WatchedUnit};
+use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
@@ -75,9 +76,11 @@ pub fn start(
     let mut sources = vec!["queueunits", "queues", "elasticquotas", "nodes"];
 
     spawn(
-        watch(Api::<QueueUnit>::all(client.clone()), config.clone()),
+        // Units and jobs are decoded without what no record keeps (managed
+        // fields; of a job, all but its state fields).
+        watch(Api::<WatchedUnit>::all(client.clone()), config.clone()),
         tx.clone(),
-        |u: QueueUnit| Box::new(UnitRecord::from_unit(&u)),
+        |u: WatchedUnit| Box::new(UnitRecord::from_unit(&u.0)),
         Input::Unit,
     );
     spawn(
@@ -134,7 +137,7 @@ pub fn start(
         let kind = adapter.kind();
         let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
-        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let api = Api::<WatchedJob>::all_with(client.clone(), &resource);
         let stream = watcher::watcher(api, config.clone()).default_backoff();
         let tx = tx.clone();
         let name = kind.kind;
@@ -144,7 +147,7 @@ pub fn start(
                 stream,
                 tx,
                 name,
-                move |obj: DynamicObject| {
+                move |obj: WatchedJob| {
                     // Jobs Koord-Queue does not queue are not kept.
                     JobRecord::from_object(adapter, obj).map(Box::new)
                 },

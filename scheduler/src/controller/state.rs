@@ -474,7 +474,7 @@ impl Controller {
     fn on_job(&mut self, kind: &'static str, change: Change<Box<JobRecord>>) {
         match change {
             Change::Applied(rec) => {
-                let unit = key(&rec.namespace, &rec.unit_name);
+                let unit = rec.unit.clone();
                 self.jobs.insert(rec.key(), *rec);
                 if self.units.contains_key(&unit) {
                     self.reconcile(&unit);
@@ -485,7 +485,7 @@ impl Controller {
                 self.unit_gone.remove(&job_key);
                 self.missing_unit_since.remove(&job_key);
                 if let Some(rec) = self.jobs.remove(&job_key) {
-                    let unit = key(&rec.namespace, &rec.unit_name);
+                    let unit = rec.unit.clone();
                     if self.units.contains_key(&unit) {
                         self.reconcile(&unit);
                     }
@@ -598,7 +598,7 @@ impl Controller {
         };
         // Only the strict-dequeue units of that job care.
         if let Some(job) = self.jobs.values().find(|j| j.uid == owner) {
-            let unit = key(&job.namespace, &job.unit_name);
+            let unit = job.unit.clone();
             if self
                 .units
                 .get(&unit)
@@ -1536,21 +1536,21 @@ impl Controller {
         let mut to_hold = Vec::new();
         let mut to_create = Vec::new();
         let mut missing = HashMap::new();
-        for job in self.jobs.values() {
+        // Nothing is allocated for a job that has its unit: this runs over
+        // every job twice a second.
+        for (job_key, job) in &self.jobs {
             // The cheap tests first.
             if job.deleting
                 || finished(job.state)
                 || (job.held && now_ms - job.created_ms > RECREATE_WINDOW_MS)
-                || self
-                    .units
-                    .contains_key(&key(&job.namespace, &job.unit_name))
+                || self.units.contains_key(&job.unit)
             {
                 continue;
             }
-            let job_key = job.key();
-            if self.unit_gone.contains(&job_key) || self.recreating.contains(&job_key) {
+            if self.unit_gone.contains(job_key) || self.recreating.contains(job_key) {
                 continue;
             }
+            let job_key = job_key.clone();
             if !job.held {
                 to_hold.push(job.clone());
                 continue;
@@ -1571,7 +1571,7 @@ impl Controller {
             self.unit_gone.insert(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::HoldJob {
-                unit: key(&job.namespace, &job.unit_name),
+                unit: job.unit.clone(),
                 job: job_ref.clone(),
             });
             self.event(&job_ref, true, "QueueUnitMissing", format!(
@@ -1583,7 +1583,7 @@ impl Controller {
             self.recreating.insert(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::RecreateUnit {
-                unit: key(&job.namespace, &job.unit_name),
+                unit: job.unit.clone(),
                 job: job_ref.clone(),
             });
             self.event(&job_ref, true, "QueueUnitRecreated", format!(
@@ -2362,6 +2362,7 @@ mod tests {
             name: "j".into(),
             uid: uid.into(),
             unit_name: "u".into(),
+            unit: key("ns", "u"),
             held,
             state: JobState::Pending,
             deleting: false,

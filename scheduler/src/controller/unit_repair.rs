@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use koord_queue_api::{QueueUnit, jobs, keys};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::Value;
 
 use super::writes::JobRef;
@@ -34,7 +34,7 @@ pub async fn recreate(
     job: &JobRef,
     unit_name: &str,
 ) -> Result<bool, RepairError> {
-    let Some(object) = job.api(client).get_opt(&job.name).await? else {
+    let Some(object) = job.api::<DynamicObject>(client).get_opt(&job.name).await? else {
         return Ok(false);
     };
     let value = serde_json::to_value(&object).map_err(|e| RepairError::Job(e.to_string()))?;

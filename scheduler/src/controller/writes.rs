@@ -14,7 +14,7 @@
 //! end makes moot. Under load they wait longest, so the busier the API
 //! server, the more of them are never sent.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,11 +24,12 @@ use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use koord_queue_api::jobs::JobAdapter;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
-use koord_queue_api::{Queue, QueueStatus, QueueUnit};
+use koord_queue_api::{Queue, QueueStatus, QueueUnit, WriteAck};
 use koord_queue_runtime::Leadership;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, GroupVersionKind, Patch, PatchParams, PostParams, Resource,
 };
+use kube::core::DynamicResourceScope;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
@@ -179,7 +180,10 @@ pub struct JobRef {
 
 impl JobRef {
     /// The API of the job's kind in its namespace.
-    pub(super) fn api(&self, client: &kube::Client) -> Api<DynamicObject> {
+    pub(super) fn api<K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(
+        &self,
+        client: &kube::Client,
+    ) -> Api<K> {
         let kind = self.adapter.kind();
         let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
@@ -291,6 +295,8 @@ struct Queued {
 #[derive(Debug, Default)]
 struct Backlog {
     lanes: [VecDeque<Queued>; LANES],
+    /// Units with a write in flight: their next write waits for it.
+    in_flight: HashSet<Key>,
 }
 
 impl Backlog {
@@ -306,21 +312,43 @@ impl Backlog {
         true
     }
 
-    /// The most urgent write still wanted.
+    /// The most urgent write still wanted whose unit has no write in
+    /// flight. Two writes to one unit at once (say, its adoption and its
+    /// release) make the API server retry one of them after a
+    /// resourceVersion conflict: a second full update for nothing.
     fn pop(&mut self) -> Option<Write> {
-        loop {
-            let lane = self.lanes.iter_mut().find(|l| !l.is_empty())?;
-            let queued = lane.pop_front();
-            // A lane keeps its largest size otherwise: the adoptions of 100,000
-            // units found at start take 26 MB (200 bytes a write), held for
-            // good once they are done.
-            if lane.capacity() > LANE_KEPT_CAPACITY && lane.len() < lane.capacity() / 4 {
-                lane.shrink_to(lane.len() * 2);
+        let Self { lanes, in_flight } = self;
+        for lane in lanes.iter_mut() {
+            let mut at = 0;
+            while let Some(queued) = lane.get(at) {
+                if queued.write.unit().is_some_and(|u| in_flight.contains(u)) {
+                    at += 1;
+                    continue;
+                }
+                let Some(Queued { write, claim }) = lane.remove(at) else {
+                    break;
+                };
+                // A lane keeps its largest size otherwise: the adoptions of
+                // 100,000 units found at start take 26 MB (200 bytes a write),
+                // held for good once they are done.
+                if lane.capacity() > LANE_KEPT_CAPACITY && lane.len() < lane.capacity() / 4 {
+                    lane.shrink_to(lane.len() * 2);
+                }
+                if claim.is_none_or(|c| c.take()) {
+                    if let Some(unit) = write.unit() {
+                        in_flight.insert(unit.clone());
+                    }
+                    return Some(write);
+                }
             }
-            let Queued { write, claim } = queued?;
-            if claim.is_none_or(|c| c.take()) {
-                return Some(write);
-            }
+        }
+        None
+    }
+
+    /// `write` is done: its unit's next write may go.
+    fn finish(&mut self, write: &Write) {
+        if let Some(unit) = write.unit() {
+            self.in_flight.remove(unit);
         }
     }
 
@@ -459,6 +487,13 @@ impl Writer {
             } else {
                 Outcome::NotLeader
             };
+            if let Ok(mut backlog) = self.backlog.lock() {
+                backlog.finish(&write);
+                if backlog.len() > 0 {
+                    // A write of the same unit may have waited for this one.
+                    self.ready.notify_one();
+                }
+            }
             if let Outcome::Failed(error) = &outcome {
                 self.metrics
                     .write_errors
@@ -478,6 +513,12 @@ impl Writer {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    /// The units of `namespace`, for writes whose answer is read for its
+    /// resourceVersion alone.
+    fn unit_acks(&self, namespace: &str) -> Api<WriteAck> {
+        WriteAck::api::<QueueUnit>(&self.client, namespace)
+    }
+
     async fn patch_unit_status(
         &self,
         unit: &Key,
@@ -485,20 +526,18 @@ impl Writer {
     ) -> Result<Option<u64>, kube::Error> {
         let (ns, name) = split(unit);
         let patched = self
-            .units(ns)
+            .unit_acks(ns)
             .patch_status(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
             .await?;
-        Ok(super::records::rv_number(
-            patched.metadata.resource_version.as_deref(),
-        ))
+        Ok(super::records::rv_number(patched.resource_version()))
     }
 
     async fn patch_job(&self, job: &JobRef, patch: &Value) -> Result<(), kube::Error> {
-        job.api(&self.client)
+        job.api::<WriteAck>(&self.client)
             .patch(&job.name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
@@ -525,12 +564,10 @@ impl Writer {
                     "spec": { "consumerRef": { "uid": job.uid } },
                 });
                 let patched = self
-                    .units(ns)
+                    .unit_acks(ns)
                     .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
                     .await?;
-                Ok(super::records::rv_number(
-                    patched.metadata.resource_version.as_deref(),
-                ))
+                Ok(super::records::rv_number(patched.resource_version()))
             }
             Write::Enqueue { unit, message, .. } => {
                 self.patch_unit_status(
@@ -643,8 +680,12 @@ impl Writer {
                 admissions,
                 message,
             } => {
-                let mut status =
-                    json!({ "phase": phase, "message": message, "lastUpdateTime": now() });
+                // The conditions follow the phase: a finished unit reads
+                // Finished, not still QuotaReserved and Admitted.
+                let mut status = json!({
+                    "phase": phase, "message": message, "lastUpdateTime": now(),
+                    "conditions": conditions(*phase, None, message),
+                });
                 if let Some(admissions) = admissions {
                     status["admissions"] = json!(admissions);
                 }
@@ -858,6 +899,12 @@ fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str
         })
     };
     let evicted = phase == TimeoutBackoff || phase == SchedFailed;
+    // Why a unit holds no quota: it waits, or it is done.
+    let not_held = if phase.is_finished() {
+        "Finished"
+    } else {
+        "Pending"
+    };
     json!([
         condition(
             "QuotaReserved",
@@ -865,7 +912,7 @@ fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str
             if phase.holds_quota() {
                 "QuotaReserved"
             } else {
-                "Pending"
+                not_held
             }
         ),
         condition(
@@ -874,7 +921,7 @@ fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str
             if phase.is_released() {
                 "Admitted"
             } else {
-                "Pending"
+                not_held
             }
         ),
         condition(
@@ -927,6 +974,42 @@ mod tests {
             reason: "Queued",
             note: note.into(),
         }
+    }
+
+    #[test]
+    fn a_units_next_write_waits_for_the_one_in_flight() {
+        let mut backlog = Backlog::default();
+        let adopt = Write::Adopt {
+            unit: "ns/u".into(),
+            job: job(),
+        };
+        let phase = Write::Phase {
+            unit: "ns/u".into(),
+            phase: QueueUnitPhase::Succeed,
+            admissions: None,
+            message: String::new(),
+        };
+        let other = Write::Adopt {
+            unit: "ns/other".into(),
+            job: job(),
+        };
+        for w in [phase, adopt, other] {
+            assert!(backlog.push(w, None));
+        }
+        // The phase (more urgent lane) goes first; the adoption of the same
+        // unit waits, the other unit's does not.
+        let first = backlog.pop().map(|w| w.operation());
+        assert_eq!(first, Some("phase"));
+        let second = backlog.pop();
+        assert_eq!(
+            second.as_ref().and_then(|w| w.unit()).map(|u| &**u),
+            Some("ns/other")
+        );
+        assert!(backlog.pop().is_none(), "ns/u has a write in flight");
+        backlog.finish(&Write::DeleteUnit {
+            unit: "ns/u".into(),
+        });
+        assert_eq!(backlog.pop().map(|w| w.operation()), Some("adopt"));
     }
 
     #[test]

@@ -1,20 +1,22 @@
 //! The floor: what the API server allows for the benchmark's API work with
-//! no scheduling logic at all. A null scheduler creates each job suspended
-//! (in a namespace the webhook does not watch) and its QueueUnit, then
-//! issues, per job, the same writes the real scheduler made in the
-//! saturated run — unit metadata patches (adoption), unit status patches,
-//! job patches (the unsuspend) and Events — as fast as the API allows, with
-//! the scheduler's write concurrency. The benchmark's job runtime and
-//! observers run exactly as in the real run (they complete the released
-//! jobs with the same status writes).
+//! no scheduling logic at all. A null scheduler creates each job as the real
+//! run stores it once held (suspended, with the webhook's annotations; in a
+//! namespace the webhook does not watch) and the QueueUnit the webhook
+//! builds for it, then issues, per job, the same writes the real scheduler
+//! made in the saturated run, with the same content — unit metadata patches
+//! (adoption), unit status patches, job patches (the unsuspend) and Events —
+//! as fast as the API allows, with the scheduler's write concurrency, reading
+//! each answer as the scheduler does (its resourceVersion alone). The
+//! benchmark's job runtime and observers run exactly as in the real run
+//! (they complete the released jobs with the same status writes).
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use koord_queue_api::QueueUnit;
+use koord_queue_api::{QueueUnit, WriteAck, jobs, keys};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -65,68 +67,105 @@ fn now() -> Value {
     serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or(Value::Null)
 }
 
-/// The QueueUnit the webhook would create for job `i`.
-pub fn unit_manifest(shape: &Shape, i: usize, job_uid: Option<&str>) -> Result<QueueUnit> {
+/// The manifest of job `i` as the real run stores it once the webhook has
+/// held it: suspended, with the webhook's two annotations naming its queue
+/// and its unit (`unit_name`).
+pub fn held_job_manifest(shape: &Shape, i: usize, unit_name: &str) -> Value {
+    let leaf = &shape.leaves[shape.jobs[i].leaf];
+    let mut manifest = shape.job_manifest(i, true);
+    manifest["metadata"]["annotations"] = json!({
+        keys::QUEUE_UNIT_ANNOTATION: unit_name,
+        keys::QUEUE_ANNOTATION: leaf.name,
+    });
+    manifest
+}
+
+/// The QueueUnit the webhook creates for job `i`, built by the same pure
+/// function from the job as the webhook sees it: `created` (the API
+/// server's defaults filled in, so the unit's pod template carries them as
+/// in the real run) without the labels and selector that the API server
+/// adds after admission.
+pub fn unit_manifest(shape: &Shape, i: usize, created: &Job, unit_name: &str) -> Result<QueueUnit> {
     let job = &shape.jobs[i];
     let leaf = &shape.leaves[job.leaf];
     let class = &CLASSES[job.class];
     let manifest = shape.job_manifest(i, true);
-    let mut owner = Value::Null;
-    if let Some(uid) = job_uid {
-        owner = json!([{
-            "apiVersion": "batch/v1", "kind": "Job", "name": job.name, "uid": uid,
-            "controller": false, "blockOwnerDeletion": false,
-        }]);
+    let mut admitted = serde_json::to_value(created)?;
+    admitted["spec"]["template"]["metadata"]["labels"] =
+        manifest["spec"]["template"]["metadata"]["labels"].clone();
+    if let Some(spec) = admitted["spec"].as_object_mut() {
+        spec.remove("selector");
     }
-    let mut unit = json!({
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "QueueUnit",
-        "metadata": {
-            "name": format!("{}-unit", job.name),
-            "namespace": leaf.namespace,
-            "labels": manifest["metadata"]["labels"],
-        },
-        "spec": {
-            "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "namespace": leaf.namespace, "name": job.name },
-            "priority": class.priority,
-            "priorityClassName": class.name,
-            "queue": leaf.name,
-            "resource": { "cpu": class.cpu.to_string() },
-            "request": { "cpu": class.cpu.to_string() },
-            "podSet": [{ "name": "main", "count": 1, "template": manifest["spec"]["template"] }],
-        },
-    });
-    if !owner.is_null() {
-        unit["metadata"]["ownerReferences"] = owner;
-    }
-    Ok(serde_json::from_value(unit)?)
+    let adapter = jobs::for_kind("batch", "Job").context("the Job adapter")?;
+    let placement = jobs::UnitPlacement {
+        namespace: leaf.namespace.clone(),
+        job_name: job.name.clone(),
+        unit_name: unit_name.to_string(),
+        queue: leaf.name.clone(),
+        priority_class_name: Some(class.name.to_string()),
+        priority: class.priority,
+    };
+    jobs::queue_unit(adapter, &admitted, placement)
+        .map_err(|e| anyhow!("unit of {}: {e}", job.name))
 }
 
-/// The `k`-th status write of a unit: Enqueued, Dequeued (with admissions
-/// and conditions), Running, Succeed, then position updates.
+/// The standard conditions the scheduler writes with a phase (its own
+/// reasons and messages, so that the objects weigh the same).
+fn conditions(phase: &str, message: &str) -> Value {
+    let at = now();
+    let (reserved, admitted, ready, finished) = match phase {
+        "Dequeued" => (true, true, false, false),
+        "Running" => (true, true, true, false),
+        "Succeed" => (false, false, false, true),
+        _ => (false, false, false, false),
+    };
+    let not_held = if finished { "Finished" } else { "Pending" };
+    let condition = |type_: &str, on: bool, reason_on: &str, reason_off: &str| {
+        json!({ "type": type_, "status": if on { "True" } else { "False" },
+                "reason": if on { reason_on } else { reason_off },
+                "message": if on { message } else { "" }, "lastTransitionTime": at })
+    };
+    json!([
+        condition("QuotaReserved", reserved, "QuotaReserved", not_held),
+        condition("Admitted", admitted, "Admitted", not_held),
+        condition("PodsReady", ready, "PodsReady", "PodsNotReady"),
+        condition("Finished", finished, "Succeeded", "NotFinished"),
+        condition("Evicted", false, "Evicted", "NotEvicted"),
+    ])
+}
+
+/// The `k`-th status write of a unit, in the order and with the content the
+/// scheduler writes them in the saturated run: the release (Dequeued, with
+/// admissions and conditions) before the unsuspend, Succeed after it; any
+/// further writes are phase Enqueued, Running, then position updates.
 fn status_write(shape: &Shape, i: usize, k: u64) -> Value {
     let job = &shape.jobs[i];
     let leaf = &shape.leaves[job.leaf];
     let cpu = CLASSES[job.class].cpu.to_string();
-    let condition = |type_: &str, on: bool| {
-        json!({ "type": type_, "status": if on { "True" } else { "False" }, "reason": type_,
-                "message": "", "lastTransitionTime": now() })
-    };
     let status = match k {
         0 => {
-            json!({ "phase": "Enqueued", "message": format!("waiting in queue {}", leaf.name), "lastUpdateTime": now() })
+            let message = format!(
+                "released: cpu: {cpu} reserved in quota {} (borrowing idle capacity)",
+                leaf.name
+            );
+            json!({
+                "phase": "Dequeued", "message": message, "lastUpdateTime": now(),
+                "lastAllocateTime": now(), "position": null, "attempts": 1,
+                "admissions": [{ "name": "main", "replicas": 1, "running": 0, "resources": { "cpu": cpu } }],
+                "conditions": conditions("Dequeued", &message),
+            })
         }
         1 => json!({
-            "phase": "Dequeued", "message": format!("released: cpu={cpu} reserved in quota {}", leaf.name),
-            "lastUpdateTime": now(), "lastAllocateTime": now(), "position": null, "attempts": 1,
-            "admissions": [{ "name": "main", "replicas": 1, "running": 0, "resources": { "cpu": cpu } }],
-            "conditions": [condition("QuotaReserved", true), condition("Admitted", true),
-                           condition("PodsReady", false), condition("Finished", false), condition("Evicted", false)],
+            "phase": "Succeed", "message": "job succeeded", "lastUpdateTime": now(),
+            "admissions": [], "position": null, "conditions": conditions("Succeed", "job succeeded"),
         }),
-        2 => json!({ "phase": "Running", "message": "running", "lastUpdateTime": now() }),
-        3 => {
-            json!({ "phase": "Succeed", "message": "job succeeded", "lastUpdateTime": now(), "admissions": [] })
+        2 => {
+            json!({ "phase": "Enqueued", "message": format!("waiting in queue {}", leaf.name), "lastUpdateTime": now() })
         }
+        3 => json!({
+            "phase": "Running", "message": "running", "lastUpdateTime": now(),
+            "conditions": conditions("Running", "running"),
+        }),
         k => json!({ "position": k, "message": format!("position {k} in queue {}", leaf.name) }),
     };
     json!({ "status": status })
@@ -190,19 +229,20 @@ async fn job_chain(
     let n = shape.jobs.len();
     let job = &shape.jobs[i];
     let ns = &shape.leaves[job.leaf].namespace;
-    let units: Api<QueueUnit> = Api::namespaced(clients.null_scheduler.clone(), ns);
-    let unit_name = format!("{}-unit", job.name);
+    // Answers are read as the scheduler and the webhook read them: for the
+    // resourceVersion alone.
+    let units = WriteAck::api::<QueueUnit>(&clients.null_scheduler, ns);
+    // Named as the webhook names units: the job's name and 8 characters.
+    let unit_name = koord_queue_webhook::unit_name(&job.name, &format!("{i:08x}"));
     let uid = {
         // One create slot for the job and its unit: in the real run the
         // webhook's unit create happens inside the job's create.
         let _permit = creates.acquire().await?;
-        let created = runner::create_job(shape, runner, &clients.creator, i, true).await?;
-        let unit = unit_manifest(shape, i, None)?;
+        let manifest: Job = serde_json::from_value(held_job_manifest(shape, i, &unit_name))?;
+        let created = runner::create(shape, runner, &clients.creator, i, &manifest).await?;
+        let unit = unit_manifest(shape, i, &created, &unit_name)?;
         for _ in 0..share(writes.unit_creates, n, i) {
-            match Api::<QueueUnit>::namespaced(clients.unit_creator.clone(), ns)
-                .create(&PostParams::default(), &unit)
-                .await
-            {
+            match WriteAck::create(&clients.unit_creator, ns, &unit).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
                 Err(e) => return Err(e).context("creating a unit"),
@@ -233,7 +273,7 @@ async fn job_chain(
                 )
                 .await
                 .map(|_| ()),
-            Write::Unsuspend => Api::<Job>::namespaced(clients.null_scheduler.clone(), ns)
+            Write::Unsuspend => WriteAck::api::<Job>(&clients.null_scheduler, ns)
                 .patch(
                     &job.name,
                     &PatchParams::default(),
@@ -280,9 +320,9 @@ async fn job_chain(
     let reasons = ["Queued", "Released", "Finished", "Waiting"];
     let mut plan = Vec::new();
     plan.extend((0..share(writes.unit_patches, n, i)).map(|_| Write::UnitMeta));
-    plan.extend((0..statuses.min(2)).map(Write::UnitStatus));
+    plan.extend((0..statuses.min(1)).map(Write::UnitStatus));
     plan.extend((0..share(writes.job_patches, n, i)).map(|_| Write::Unsuspend));
-    plan.extend((2..statuses.max(2)).map(Write::UnitStatus));
+    plan.extend((1..statuses.max(1)).map(Write::UnitStatus));
     plan.extend((0..events).map(|k| Write::Event(reasons[(k as usize).min(reasons.len() - 1)])));
     for w in plan {
         write(w).await?;
@@ -316,12 +356,39 @@ mod tests {
     }
 
     #[test]
-    fn unit_matches_the_webhook_shape() -> Result<()> {
+    fn the_unit_is_the_webhooks_unit_of_the_admitted_job() -> Result<()> {
         let shape = Shape::new("t", 30, 30, 5)?;
-        let unit = unit_manifest(&shape, 0, Some("u-1"))?;
+        let mut created = held_job_manifest(&shape, 0, "j-0000000a");
+        assert_eq!(
+            created["metadata"]["annotations"][keys::QUEUE_ANNOTATION],
+            shape.leaves[0].name.as_str()
+        );
+        // What the API server adds: defaults (before admission), then the
+        // selector and its labels (after).
+        created["spec"]["template"]["spec"]["dnsPolicy"] = json!("ClusterFirst");
+        created["spec"]["selector"] = json!({ "matchLabels": { "job-name": "j" } });
+        created["spec"]["template"]["metadata"]["labels"]["job-name"] = json!("j");
+        let created: Job = serde_json::from_value(created)?;
+        let unit = unit_manifest(&shape, 0, &created, "j-0000000a")?;
+        assert_eq!(unit.metadata.name.as_deref(), Some("j-0000000a"));
         assert_eq!(unit.spec.queue, shape.leaves[0].name);
-        assert_eq!(unit.spec.pod_set.len(), 1);
         assert_eq!(unit.spec.priority, Some(50));
+        let template = serde_json::to_value(&unit.spec.pod_set[0].template)?;
+        assert_eq!(template["spec"]["dnsPolicy"], "ClusterFirst");
+        assert!(template["metadata"]["labels"].get("job-name").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn the_release_comes_first_and_succeed_after_it() -> Result<()> {
+        let shape = Shape::new("t", 30, 30, 5)?;
+        assert_eq!(status_write(&shape, 0, 0)["status"]["phase"], "Dequeued");
+        assert_eq!(status_write(&shape, 0, 1)["status"]["phase"], "Succeed");
+        let finished = &status_write(&shape, 0, 1)["status"]["conditions"][3];
+        assert_eq!(
+            (finished["type"].as_str(), finished["status"].as_str()),
+            (Some("Finished"), Some("True"))
+        );
         Ok(())
     }
 }

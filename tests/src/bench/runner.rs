@@ -400,14 +400,26 @@ pub async fn create_job(
     i: usize,
     suspended: bool,
 ) -> Result<Job> {
+    let manifest: Job = serde_json::from_value(shape.job_manifest(i, suspended))?;
+    create(shape, runner, client, i, &manifest).await
+}
+
+/// Creates job `i` from `manifest` (with retries; an existing job counts as
+/// created).
+pub async fn create(
+    shape: &Shape,
+    runner: &Runner,
+    client: &kube::Client,
+    i: usize,
+    manifest: &Job,
+) -> Result<Job> {
     let job = &shape.jobs[i];
     let ns = &shape.leaves[job.leaf].namespace;
-    let manifest: Job = serde_json::from_value(shape.job_manifest(i, suspended))?;
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     runner.mark_created(i);
     let mut last = None;
     for attempt in 0..5u32 {
-        match api.create(&PostParams::default(), &manifest).await {
+        match api.create(&PostParams::default(), manifest).await {
             Ok(created) => return Ok(created),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 return api.get(&job.name).await.context("reading an existing job");
