@@ -47,7 +47,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 
 /// The fields to keep below one level of an object.
 #[derive(Debug, Default)]
-pub struct FieldTree {
+struct FieldTree {
     /// Keep this value whole.
     whole: bool,
     /// Keys to descend into.
@@ -56,7 +56,7 @@ pub struct FieldTree {
 
 impl FieldTree {
     /// The union of `paths`.
-    pub fn of<'p>(paths: impl IntoIterator<Item = &'p [&'static str]>) -> Self {
+    fn of<'p>(paths: impl IntoIterator<Item = &'p [&'static str]>) -> Self {
         let mut tree = Self::default();
         for path in paths {
             tree.insert(path);
@@ -87,23 +87,6 @@ impl FieldTree {
             .iter()
             .find(|(k, _)| *k == key)
             .map(|(_, child)| child)
-    }
-
-    /// `value` reduced to the fields of this tree (for tests and callers that
-    /// hold a whole object already).
-    pub fn prune(&self, value: &Value) -> Value {
-        if self.whole {
-            return value.clone();
-        }
-        match value {
-            Value::Object(fields) => Value::Object(
-                fields
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), self.child(k)?.prune(v))))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
     }
 }
 
@@ -351,13 +334,11 @@ mod tests {
     }
 
     #[test]
-    fn prune_keeps_the_union_of_the_paths() {
+    fn only_the_union_of_the_paths_is_kept() -> Result<(), serde_json::Error> {
         let tree = FieldTree::of([&["a", "b"][..], &["a", "c"], &["d"]]);
-        let pruned =
-            tree.prune(&json!({ "a": { "b": 1, "c": { "x": 2 }, "e": 3 }, "d": [4], "f": 5 }));
-        assert_eq!(
-            pruned,
-            json!({ "a": { "b": 1, "c": { "x": 2 } }, "d": [4] })
-        );
+        let whole = json!({ "a": { "b": 1, "c": { "x": 2 }, "e": 3 }, "d": [4], "f": 5 });
+        let kept = Pruned(&tree).deserialize(&whole)?;
+        assert_eq!(kept, json!({ "a": { "b": 1, "c": { "x": 2 } }, "d": [4] }));
+        Ok(())
     }
 }

@@ -150,9 +150,10 @@ pub struct UnitRecord {
 
 impl UnitRecord {
     /// The record of `unit`.
-    pub fn from_unit(unit: &QueueUnit) -> Self {
+    pub fn from_unit(mut unit: QueueUnit) -> Self {
+        // Taken, not copied: this runs on every unit event.
+        let status = unit.status.take().unwrap_or_default();
         let spec = &unit.spec;
-        let status = unit.status.clone().unwrap_or_default();
         let (request, invalid) = match Resources::from_list(&spec.resource) {
             Ok(r) => (r, None),
             Err(e) => (Resources::new(), Some(e.to_string())),

@@ -80,7 +80,7 @@ pub fn start(
         // fields; of a job, all but its state fields).
         watch(Api::<WatchedUnit>::all(client.clone()), config.clone()),
         tx.clone(),
-        |u: WatchedUnit| Box::new(UnitRecord::from_unit(&u.0)),
+        |u: WatchedUnit| Box::new(UnitRecord::from_unit(u.0)),
         Input::Unit,
     );
     spawn(

@@ -2322,7 +2322,7 @@ mod tests {
             },
         }))
         .expect("a valid unit");
-        UnitState::new(UnitRecord::from_unit(&unit))
+        UnitState::new(UnitRecord::from_unit(unit))
     }
 
     #[test]
