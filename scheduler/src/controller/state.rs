@@ -418,7 +418,9 @@ impl Controller {
                         {
                             return; // older than our own write
                         }
-                        st.expect_rv = None;
+                        if st.expect_rv.take().is_some() {
+                            self.writer.settled(&k);
+                        }
                         st.rec = *rec;
                     }
                     None => {
@@ -1280,6 +1282,10 @@ impl Controller {
         };
         if let Some(Some(rv)) = ok_rv {
             st.expect_rv = Some(st.expect_rv.map_or(rv, |e| e.max(rv)));
+            if st.rec.resource_version.is_some_and(|seen| seen >= rv) {
+                // The watch showed this write before its answer came back.
+                self.writer.settled(&k);
+            }
         }
         if !matches!(write, Write::Visibility { .. }) {
             st.claim = None;

@@ -14,7 +14,7 @@
 //! end makes moot. Under load they wait longest, so the busier the API
 //! server, the more of them are never sent.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -290,6 +290,15 @@ struct Queued {
     claim: Option<Claim>,
 }
 
+/// How long a unit's next write waits at most for the watch to show the
+/// unit's previous write (see [`Backlog::settling`]): a watch that lags or
+/// restarts delays writes by this much, never stops them.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often an idle slot looks again while writes wait only for units to
+/// settle (a settle that times out sends no notification).
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+
 /// Writes waiting for a slot, one FIFO per lane. A withdrawn write stays
 /// in its lane until a slot pops and skips it.
 #[derive(Debug, Default)]
@@ -297,6 +306,17 @@ struct Backlog {
     lanes: [VecDeque<Queued>; LANES],
     /// Units with a write in flight: their next write waits for it.
     in_flight: HashSet<Key>,
+    /// Units written whose watch event of that write the controller has not
+    /// seen yet, with the time their next write goes anyway. The API server
+    /// checks an update against its watch cache first: a write that follows
+    /// the previous one before the cache holds it fails that check and is
+    /// done a second time against etcd (an adoption and the release right
+    /// after it did so for a fifth of all releases). The scheduler's own watch
+    /// is served from that cache, so once it shows the write, the cache
+    /// holds it.
+    settling: HashMap<Key, Instant>,
+    /// `settling`'s size after its last purge of timed-out units.
+    settling_purged_at: usize,
 }
 
 impl Backlog {
@@ -313,15 +333,24 @@ impl Backlog {
     }
 
     /// The most urgent write still wanted whose unit has no write in
-    /// flight. Two writes to one unit at once (say, its adoption and its
-    /// release) make the API server retry one of them after a
-    /// resourceVersion conflict: a second full update for nothing.
-    fn pop(&mut self) -> Option<Write> {
-        let Self { lanes, in_flight } = self;
+    /// flight and has settled (or timed out settling) by `now`. Two writes
+    /// to one unit at once (say, its adoption and its release) make the API
+    /// server retry one of them after a resourceVersion conflict: a second
+    /// full update for nothing.
+    fn pop(&mut self, now: Instant) -> Option<Write> {
+        let Self {
+            lanes,
+            in_flight,
+            settling,
+            ..
+        } = self;
         for lane in lanes.iter_mut() {
             let mut at = 0;
             while let Some(queued) = lane.get(at) {
-                if queued.write.unit().is_some_and(|u| in_flight.contains(u)) {
+                let busy = |unit: &Key| {
+                    in_flight.contains(unit) || settling.get(unit).is_some_and(|until| now < *until)
+                };
+                if queued.write.unit().is_some_and(busy) {
                     at += 1;
                     continue;
                 }
@@ -336,6 +365,7 @@ impl Backlog {
                 }
                 if claim.is_none_or(|c| c.take()) {
                     if let Some(unit) = write.unit() {
+                        settling.remove(unit);
                         in_flight.insert(unit.clone());
                     }
                     return Some(write);
@@ -345,11 +375,33 @@ impl Backlog {
         None
     }
 
-    /// `write` is done: its unit's next write may go.
-    fn finish(&mut self, write: &Write) {
-        if let Some(unit) = write.unit() {
-            self.in_flight.remove(unit);
+    /// `write` is done: its unit's next write may go once the unit has
+    /// settled, when the write changed it (`outcome`), else at once.
+    fn finish(&mut self, write: &Write, outcome: &Outcome, now: Instant) {
+        let Some(unit) = write.unit() else {
+            return;
+        };
+        self.in_flight.remove(unit);
+        if let Outcome::Done(Some(_)) = outcome {
+            self.settling.insert(unit.clone(), now + SETTLE_TIMEOUT);
+            // Units that never settle (deleted, or their watch restarted)
+            // time out; their entries go here, amortized over the inserts.
+            if self.settling.len() > 2 * self.settling_purged_at.max(512) {
+                self.settling.retain(|_, until| now < *until);
+                self.settling_purged_at = self.settling.len();
+            }
         }
+    }
+
+    /// The controller's watch shows `unit`'s last write: its next write
+    /// may go. True when a write may have waited for this.
+    fn settled(&mut self, unit: &Key) -> bool {
+        self.settling.remove(unit).is_some()
+    }
+
+    /// Writes wait, but only for units to settle or for writes in flight.
+    fn only_settling_waits(&self) -> bool {
+        self.len() > 0 && !self.settling.is_empty()
     }
 
     fn len(&self) -> i64 {
@@ -457,11 +509,27 @@ impl Writer {
         self.ready.notify_one();
     }
 
-    fn next(&self) -> Option<Write> {
-        let mut backlog = self.backlog.lock().ok()?;
-        let write = backlog.pop();
+    /// The controller's watch shows `unit`'s last write (its
+    /// resourceVersion at least the one that write returned).
+    pub fn settled(&self, unit: &Key) {
+        let waiting = self
+            .backlog
+            .lock()
+            .is_ok_and(|mut backlog| backlog.settled(unit) && backlog.len() > 0);
+        if waiting {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next write, or, when none may go yet, whether a settle timing
+    /// out could let one go.
+    fn next(&self) -> Result<Write, bool> {
+        let Ok(mut backlog) = self.backlog.lock() else {
+            return Err(false);
+        };
+        let write = backlog.pop(Instant::now());
         self.metrics.write_backlog.set(backlog.len());
-        write
+        write.ok_or_else(|| backlog.only_settling_waits())
     }
 
     /// One slot: performs the most urgent waiting write, again and again,
@@ -471,12 +539,14 @@ impl Writer {
             let write = loop {
                 // Registered before looking, so a submit in between is not missed.
                 let ready = self.ready.notified();
-                if let Some(write) = self.next() {
-                    break write;
-                }
+                let settling = match self.next() {
+                    Ok(write) => break write,
+                    Err(settling) => settling,
+                };
                 tokio::select! {
                     () = ready => {}
                     () = self.done.closed() => return,
+                    () = tokio::time::sleep(SETTLE_POLL), if settling => {}
                 }
             };
             let outcome = if self.leader.is_leader() {
@@ -488,7 +558,7 @@ impl Writer {
                 Outcome::NotLeader
             };
             if let Ok(mut backlog) = self.backlog.lock() {
-                backlog.finish(&write);
+                backlog.finish(&write, &outcome, Instant::now());
                 if backlog.len() > 0 {
                     // A write of the same unit may have waited for this one.
                     self.ready.notify_one();
@@ -998,18 +1068,62 @@ mod tests {
         }
         // The phase (more urgent lane) goes first; the adoption of the same
         // unit waits, the other unit's does not.
-        let first = backlog.pop().map(|w| w.operation());
+        let first = backlog.pop(Instant::now()).map(|w| w.operation());
         assert_eq!(first, Some("phase"));
-        let second = backlog.pop();
+        let second = backlog.pop(Instant::now());
         assert_eq!(
             second.as_ref().and_then(|w| w.unit()).map(|u| &**u),
             Some("ns/other")
         );
-        assert!(backlog.pop().is_none(), "ns/u has a write in flight");
-        backlog.finish(&Write::DeleteUnit {
-            unit: "ns/u".into(),
-        });
-        assert_eq!(backlog.pop().map(|w| w.operation()), Some("adopt"));
+        assert!(
+            backlog.pop(Instant::now()).is_none(),
+            "ns/u has a write in flight"
+        );
+        backlog.finish(
+            &Write::DeleteUnit {
+                unit: "ns/u".into(),
+            },
+            &Outcome::Done(None),
+            Instant::now(),
+        );
+        assert_eq!(
+            backlog.pop(Instant::now()).map(|w| w.operation()),
+            Some("adopt")
+        );
+    }
+
+    #[test]
+    fn a_units_next_write_waits_until_the_watch_shows_its_last_one() {
+        let mut backlog = Backlog::default();
+        let unit: Key = "ns/u".into();
+        let phase = || Write::Phase {
+            unit: unit.clone(),
+            phase: QueueUnitPhase::Succeed,
+            admissions: None,
+            message: String::new(),
+        };
+        let t0 = Instant::now();
+        assert!(backlog.push(phase(), None));
+        assert!(backlog.push(phase(), None));
+        let first = backlog.pop(t0).expect("nothing holds the unit yet");
+        backlog.finish(&first, &Outcome::Done(Some(7)), t0);
+        assert!(backlog.pop(t0).is_none(), "written, not yet seen");
+        assert!(backlog.only_settling_waits());
+        // Seen by the watch: the next write goes.
+        assert!(backlog.settled(&unit));
+        let second = backlog.pop(t0).expect("settled");
+        // A failed write changed nothing: nothing to wait for.
+        assert!(backlog.push(phase(), None));
+        backlog.finish(&second, &Outcome::Failed("conflict".into()), t0);
+        let third = backlog
+            .pop(t0)
+            .expect("the failed write left nothing to see");
+        // A watch that never shows the write delays the next one, no more.
+        assert!(backlog.push(phase(), None));
+        backlog.finish(&third, &Outcome::Done(Some(9)), t0);
+        assert!(backlog.pop(t0 + SETTLE_TIMEOUT / 2).is_none());
+        assert!(backlog.pop(t0 + SETTLE_TIMEOUT).is_some());
+        assert!(!backlog.settled(&unit), "taken by the write that went");
     }
 
     #[test]
@@ -1038,7 +1152,7 @@ mod tests {
             assert!(backlog.push(w, None));
         }
         assert_eq!(backlog.len(), 6);
-        let order: Vec<String> = std::iter::from_fn(|| backlog.pop())
+        let order: Vec<String> = std::iter::from_fn(|| backlog.pop(Instant::now()))
             .map(|w| match w {
                 Write::Event { note, .. } => note,
                 w => w.unit().map(ToString::to_string).unwrap_or_default(),
@@ -1080,7 +1194,7 @@ mod tests {
         let lane = Lane::Lifecycle as usize;
         assert!(backlog.lanes[lane].capacity() >= 100_000);
         let mut popped = 0;
-        while backlog.pop().is_some() {
+        while backlog.pop(Instant::now()).is_some() {
             popped += 1;
         }
         assert_eq!(popped, 100_000);
@@ -1121,7 +1235,7 @@ mod tests {
             withdrawn.take(),
             "still waiting: the controller withdraws it"
         );
-        let order: Vec<String> = std::iter::from_fn(|| backlog.pop())
+        let order: Vec<String> = std::iter::from_fn(|| backlog.pop(Instant::now()))
             .map(|w| w.unit().map(ToString::to_string).unwrap_or_default())
             .collect();
         assert_eq!(order, ["ns/kept", "ns/plain"]);
