@@ -2,7 +2,9 @@
 //! ElasticQuotas, Nodes and every enabled job kind. Objects are turned into
 //! compact records on arrival. A job kind whose CRD is not installed is
 //! reported as absent (with a warning) and picked up once the CRD appears —
-//! the watch keeps retrying with backoff.
+//! the watch keeps retrying, less often each time, at least every 30 s.
+
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -53,6 +55,12 @@ pub enum Input {
 
 /// Objects per page of an initial list: bounds what one response holds.
 pub const LIST_PAGE_SIZE: u32 = 500;
+
+/// First wait before listing a job kind whose API is not installed again;
+/// it doubles up to [`ABSENT_RETRY_MAX`], the longest a newly installed
+/// kind waits to be followed.
+const ABSENT_RETRY_FIRST: Duration = Duration::from_secs(1);
+const ABSENT_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Name of a watched source, for sync tracking.
 pub type SourceName = &'static str;
@@ -197,6 +205,7 @@ async fn forward<K, T, S, C, W>(
 {
     futures::pin_mut!(stream);
     let mut absent_reported = false;
+    let mut absent_retry = ABSENT_RETRY_FIRST;
     while let Some(event) = stream.next().await {
         let change = match event {
             Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
@@ -218,18 +227,28 @@ async fn forward<K, T, S, C, W>(
             Ok(Event::Init) => continue,
             Ok(Event::InitDone) => {
                 absent_reported = false;
+                absent_retry = ABSENT_RETRY_FIRST;
                 Change::Synced
             }
             Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
-                if absent_reported {
-                    continue;
+                // The watcher's own backoff starts over at 0.8 s on every
+                // attempt (an attempt begins with `Init`, an `Ok` that resets
+                // it): an absent kind would be listed about once a second for
+                // good. The next attempt waits here, longer each time.
+                let pause = absent_retry;
+                absent_retry = (absent_retry * 2).min(ABSENT_RETRY_MAX);
+                if !absent_reported {
+                    absent_reported = true;
+                    tracing::warn!(
+                        kind = name,
+                        "API not installed; jobs of this kind are not followed until its CRD appears"
+                    );
+                    if tx.send(wrap(Change::Absent)).await.is_err() {
+                        return;
+                    }
                 }
-                absent_reported = true;
-                tracing::warn!(
-                    kind = name,
-                    "API not installed; jobs of this kind are not followed until its CRD appears"
-                );
-                Change::Absent
+                tokio::time::sleep(pause).await;
+                continue;
             }
             Err(error) => {
                 tracing::debug!(kind = name, %error, "watch error; retrying with backoff");
