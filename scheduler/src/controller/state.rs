@@ -46,6 +46,12 @@ const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
 /// scheduler was running to see it.
 const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
 
+/// How often every unit and job is looked at for a missing counterpart
+/// (orphan units, jobs without their unit): these wait out a grace period
+/// of seconds anyway, and at 100,000 units a pass on every 500 ms tick was
+/// most of an idle scheduler's CPU.
+const MISSING_SCAN_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Tunables of the controller.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -232,6 +238,7 @@ pub struct Controller {
     /// Quota usage series published non-zero by the last metrics pass.
     quota_used_series: HashSet<QuotaLabels>,
     last_visibility_pass: Option<Instant>,
+    last_missing_scan: Option<Instant>,
     /// Whether a visibility pass can find anything to write.
     visibility: VisibilityGate,
     /// Jobs whose unit existed and is gone (deleted, or missing under a
@@ -295,6 +302,7 @@ impl Controller {
             queue_published: HashMap::new(),
             quota_used_series: HashSet::new(),
             last_visibility_pass: None,
+            last_missing_scan: None,
             visibility: VisibilityGate::default(),
             unit_gone: HashSet::new(),
             missing_unit_since: HashMap::new(),
@@ -1489,10 +1497,16 @@ impl Controller {
         for k in timed {
             self.reconcile(&k);
         }
-        self.collect_orphans();
-        self.jobs_without_unit();
-        self.sync_queues_with_quotas();
         let now = Instant::now();
+        if self
+            .last_missing_scan
+            .is_none_or(|t| now.duration_since(t) >= MISSING_SCAN_INTERVAL)
+        {
+            self.last_missing_scan = Some(now);
+            self.collect_orphans();
+            self.jobs_without_unit();
+        }
+        self.sync_queues_with_quotas();
         if self.visibility.due()
             && self
                 .last_visibility_pass
@@ -1528,8 +1542,8 @@ impl Controller {
         }
     }
 
-    /// Jobs whose unit is missing, in one pass over the jobs (it runs on
-    /// every tick):
+    /// Jobs whose unit is missing, in one pass over the jobs (it runs
+    /// every [`MISSING_SCAN_INTERVAL`]):
     /// - a job running without its unit is held (it would run unqueued),
     ///   once, with an Event;
     /// - a held job whose unit never appeared within the grace period gets
