@@ -48,8 +48,8 @@ const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
 
 /// How often every unit and job is looked at for a missing counterpart
 /// (orphan units, jobs without their unit): these wait out a grace period
-/// of seconds anyway, and at 100,000 units a pass on every 500 ms tick was
-/// most of an idle scheduler's CPU.
+/// of seconds anyway, and on every 500 ms tick they were most of the
+/// housekeeping's 7 % of the scheduler's CPU in a saturated 15,000-job run.
 const MISSING_SCAN_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Tunables of the controller.

@@ -399,7 +399,8 @@ impl Backlog {
         self.settling.remove(unit).is_some()
     }
 
-    /// Writes wait, but only for units to settle or for writes in flight.
+    /// Writes wait and some unit is settling: a settle that times out may
+    /// let one go without a notification, so an idle slot looks again.
     fn only_settling_waits(&self) -> bool {
         self.len() > 0 && !self.settling.is_empty()
     }
