@@ -131,6 +131,55 @@ impl QueueUnitPhase {
         matches!(self, Self::Succeed | Self::Failed)
     }
 
+    /// The standard conditions of a unit in this phase (design §3, Kueue's
+    /// names): QuotaReserved, Admitted, PodsReady, Finished and Evicted,
+    /// `message` on those that are true, `evicted_reason` on Evicted when
+    /// the phase evicts (TimeoutBackoff, SchedFailed), all dated `at`.
+    pub fn standard_conditions(
+        self,
+        evicted_reason: Option<&str>,
+        message: &str,
+        at: &Time,
+    ) -> Vec<Condition> {
+        let condition = |type_: &str, on: bool, reason_on: &str, reason_off: &str| Condition {
+            type_: type_.to_string(),
+            status: if on { "True" } else { "False" }.to_string(),
+            reason: if on { reason_on } else { reason_off }.to_string(),
+            message: if on { message } else { "" }.to_string(),
+            last_transition_time: at.clone(),
+            observed_generation: None,
+        };
+        // Why a unit holds no quota: it waits, or it is done.
+        let not_held = if self.is_finished() {
+            "Finished"
+        } else {
+            "Pending"
+        };
+        let finished = match self {
+            Self::Succeed => "Succeeded",
+            _ => "Failed",
+        };
+        let pods_ready = matches!(self, Self::Running | Self::SchedSucceed);
+        let evicted = matches!(self, Self::TimeoutBackoff | Self::SchedFailed);
+        vec![
+            condition(
+                "QuotaReserved",
+                self.holds_quota(),
+                "QuotaReserved",
+                not_held,
+            ),
+            condition("Admitted", self.is_released(), "Admitted", not_held),
+            condition("PodsReady", pods_ready, "PodsReady", "PodsNotReady"),
+            condition("Finished", self.is_finished(), finished, "NotFinished"),
+            condition(
+                "Evicted",
+                evicted,
+                evicted_reason.unwrap_or("Evicted"),
+                "NotEvicted",
+            ),
+        ]
+    }
+
     /// The phase as written in `status.phase`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -322,6 +371,46 @@ impl kube::Resource for WatchedUnit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_standard_conditions_follow_the_phase() {
+        let at = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let read = |phase: QueueUnitPhase, reason: Option<&str>| {
+            phase
+                .standard_conditions(reason, "m", &at)
+                .into_iter()
+                .map(|c| (c.type_, c.status, c.reason, c.message))
+                .collect::<Vec<_>>()
+        };
+        let row = |t: &str, s: &str, r: &str, m: &str| {
+            (t.to_string(), s.to_string(), r.to_string(), m.to_string())
+        };
+        assert_eq!(
+            read(QueueUnitPhase::Dequeued, None),
+            [
+                row("QuotaReserved", "True", "QuotaReserved", "m"),
+                row("Admitted", "True", "Admitted", "m"),
+                row("PodsReady", "False", "PodsNotReady", ""),
+                row("Finished", "False", "NotFinished", ""),
+                row("Evicted", "False", "NotEvicted", ""),
+            ]
+        );
+        assert_eq!(
+            read(QueueUnitPhase::Succeed, None),
+            [
+                row("QuotaReserved", "False", "Finished", ""),
+                row("Admitted", "False", "Finished", ""),
+                row("PodsReady", "False", "PodsNotReady", ""),
+                row("Finished", "True", "Succeeded", "m"),
+                row("Evicted", "False", "NotEvicted", ""),
+            ]
+        );
+        let backoff = read(QueueUnitPhase::TimeoutBackoff, Some("Reclaimed"));
+        assert_eq!(backoff[0], row("QuotaReserved", "False", "Pending", ""));
+        assert_eq!(backoff[4], row("Evicted", "True", "Reclaimed", "m"));
+        assert_eq!(read(QueueUnitPhase::Failed, None)[3].2, "Failed");
+        assert_eq!(read(QueueUnitPhase::Running, None)[2].1, "True");
+    }
 
     #[test]
     fn a_watched_unit_is_the_unit_without_its_managed_fields() -> Result<(), serde_json::Error> {

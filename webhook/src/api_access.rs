@@ -20,7 +20,10 @@ pub enum Created {
 /// Calls the webhook makes to the API server.
 pub trait ApiAccess: Send + Sync {
     /// Creates `unit` (in its namespace).
-    fn create_unit(&self, unit: &QueueUnit) -> BoxFuture<'_, Result<Created, kube::Error>>;
+    fn create_unit<'a>(
+        &'a self,
+        unit: &'a QueueUnit,
+    ) -> BoxFuture<'a, Result<Created, kube::Error>>;
     /// Reads a QueueUnit.
     fn get_unit<'a>(
         &'a self,
@@ -52,14 +55,15 @@ impl KubeApi {
 }
 
 impl ApiAccess for KubeApi {
-    fn create_unit(&self, unit: &QueueUnit) -> BoxFuture<'_, Result<Created, kube::Error>> {
+    fn create_unit<'a>(
+        &'a self,
+        unit: &'a QueueUnit,
+    ) -> BoxFuture<'a, Result<Created, kube::Error>> {
         let namespace = unit.metadata.namespace.clone().unwrap_or_default();
         let api: Api<QueueUnit> = Api::namespaced(self.client.clone(), &namespace);
-        let unit = unit.clone();
-        let client = self.client.clone();
         Box::pin(async move {
             // The created unit comes back whole; only success is read of it.
-            match WriteAck::create(&client, &namespace, &unit).await {
+            match WriteAck::create(&self.client, &namespace, unit).await {
                 Ok(_) => Ok(Created::New),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     let name = unit.metadata.name.clone().unwrap_or_default();

@@ -313,8 +313,10 @@ mod tests {
     }
 
     impl ApiAccess for ScriptedApi {
-        fn create_unit(&self, unit: &QueueUnit) -> BoxFuture<'_, Result<Created, kube::Error>> {
-            let unit = unit.clone();
+        fn create_unit<'a>(
+            &'a self,
+            unit: &'a QueueUnit,
+        ) -> BoxFuture<'a, Result<Created, kube::Error>> {
             Box::pin(async move {
                 if let Some(gate) = &self.gate {
                     gate.notified().await;
@@ -335,7 +337,7 @@ mod tests {
                 Ok(match units.get(&name) {
                     Some(existing) => Created::Existing(Box::new(existing.clone())),
                     None => {
-                        units.insert(name, unit);
+                        units.insert(name, unit.clone());
                         Created::New
                     }
                 })

@@ -108,19 +108,24 @@ pub struct WatchedJob {
     /// Everything but the managed fields.
     pub metadata: ObjectMeta,
     /// The kept fields (`spec`, `status`), with `metadata.annotations`
-    /// added back by [`WatchedJob::adapter_view`].
+    /// added back by [`WatchedJob::into_view`].
     fields: Map<String, Value>,
 }
 
 impl WatchedJob {
-    /// The job as the adapters read it: the kept fields and the annotations.
-    pub fn adapter_view(&self) -> Value {
-        let mut view = self.fields.clone();
-        view.insert(
+    /// The job's metadata, and the job as the adapters read it: the kept
+    /// fields and the annotations. Taken apart, not copied: this runs on
+    /// every job event.
+    pub fn into_view(self) -> (ObjectMeta, Value) {
+        let Self {
+            metadata,
+            mut fields,
+        } = self;
+        fields.insert(
             "metadata".into(),
-            serde_json::json!({ "annotations": self.metadata.annotations }),
+            serde_json::json!({ "annotations": metadata.annotations }),
         );
-        Value::Object(view)
+        (metadata, Value::Object(fields))
     }
 
     /// A job from a whole object (as tests and lists hold it).
@@ -142,11 +147,8 @@ impl<'de> Deserialize<'de> for WatchedJob {
                 while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     if key == "metadata" {
                         job.metadata = map.next_value::<Kept>()?.0;
-                    } else if let Some(tree) = STATE_FIELDS.child(&key) {
-                        let kept = map.next_value_seed(Pruned(tree))?;
-                        job.fields.insert(key.into_owned(), kept);
                     } else {
-                        map.next_value::<IgnoredAny>()?;
+                        keep_next(&mut map, &STATE_FIELDS, key, &mut job.fields)?;
                     }
                 }
                 Ok(job)
@@ -154,6 +156,26 @@ impl<'de> Deserialize<'de> for WatchedJob {
         }
         deserializer.deserialize_map(JobVisitor)
     }
+}
+
+/// Decodes the value of `key` into `kept`, pruned to what `tree` keeps
+/// below it, or skips it unparsed when `tree` keeps nothing there.
+fn keep_next<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    tree: &FieldTree,
+    key: Cow<'de, str>,
+    kept: &mut Map<String, Value>,
+) -> Result<(), A::Error> {
+    match tree.child(&key) {
+        Some(child) => {
+            let value = map.next_value_seed(Pruned(child))?;
+            kept.insert(key.into_owned(), value);
+        }
+        None => {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(())
 }
 
 /// Decodes a value keeping only the fields of a [`FieldTree`].
@@ -178,15 +200,7 @@ impl<'de> Visitor<'de> for Pruned<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut kept = Map::new();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            match self.0.child(&key) {
-                Some(tree) => {
-                    let value = map.next_value_seed(Pruned(tree))?;
-                    kept.insert(key.into_owned(), value);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+            keep_next(&mut map, self.0, key, &mut kept)?;
         }
         Ok(Value::Object(kept))
     }
@@ -283,8 +297,7 @@ mod tests {
             for held in [true, false] {
                 for status in statuses() {
                     let whole = object(*adapter, held, &status);
-                    let watched = WatchedJob::from_value(&whole)?;
-                    let view = watched.adapter_view();
+                    let (_, view) = WatchedJob::from_value(&whole)?.into_view();
                     let kind = adapter.kind().kind;
                     assert_eq!(
                         adapter.is_held(&view),
@@ -313,7 +326,7 @@ mod tests {
         assert_eq!(watched.metadata.uid.as_deref(), Some("u-1"));
         assert_eq!(watched.metadata.resource_version.as_deref(), Some("7"));
         assert!(watched.metadata.managed_fields.is_none());
-        let view = watched.adapter_view();
+        let (_, view) = watched.into_view();
         // `runPolicy` is on the way to a Kubeflow field; its own fields go.
         assert_eq!(view["spec"], json!({ "suspend": true, "runPolicy": {} }));
         assert_eq!(view["status"], json!({ "active": 1 }));
@@ -326,7 +339,7 @@ mod tests {
         let watched: WatchedJob = serde_json::from_str(
             r#"{"metadata":{"name":"j"},"spec":{"suspend":"yes","runPolicy":[1]},"status":"odd"}"#,
         )?;
-        let view = watched.adapter_view();
+        let (_, view) = watched.into_view();
         assert_eq!(view["spec"]["suspend"], "yes");
         assert_eq!(view["spec"]["runPolicy"], json!([1]));
         assert_eq!(view["status"], "odd");

@@ -303,8 +303,7 @@ impl JobRecord {
             .get(keys::QUEUE_UNIT_ANNOTATION)?
             .clone();
         // What the adapters read: the kept fields and the annotations.
-        let view = job.adapter_view();
-        let metadata = job.metadata;
+        let (metadata, view) = job.into_view();
         let namespace = metadata.namespace.as_deref().unwrap_or_default();
         Some(Self {
             adapter,

@@ -660,7 +660,7 @@ impl Writer {
             } => {
                 let mut status = json!({
                     "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
-                    "conditions": conditions(*phase, None, message),
+                    "conditions": phase.standard_conditions(None, message, &now()),
                 });
                 if let Some(admissions) = admissions {
                     status["admissions"] = json!(admissions);
@@ -701,7 +701,7 @@ impl Writer {
                         json!({
                             "phase": "Enqueued", "admissions": [], "admissionChecks": [],
                             "message": "release failed; waiting to be retried",
-                            "conditions": conditions(QueueUnitPhase::Enqueued, None, ""),
+                            "conditions": QueueUnitPhase::Enqueued.standard_conditions(None, "", &now()),
                         }),
                     )
                     .await;
@@ -724,7 +724,7 @@ impl Writer {
                         unit,
                         json!({
                             "phase": via, "message": message, "lastUpdateTime": now(),
-                            "conditions": conditions(*via, Some(reason), message),
+                            "conditions": via.standard_conditions(Some(reason), message, &now()),
                         }),
                     )
                     .await?;
@@ -741,7 +741,7 @@ impl Writer {
                     "phase": "TimeoutBackoff", "message": message, "admissions": [], "admissionChecks": [],
                     "position": null, "lastUpdateTime": now(),
                     "requeueState": { "count": count, "requeueAt": requeue_at },
-                    "conditions": conditions(QueueUnitPhase::TimeoutBackoff, Some(reason), message),
+                    "conditions": QueueUnitPhase::TimeoutBackoff.standard_conditions(Some(reason), message, &now()),
                 }))
                 .await
             }
@@ -755,7 +755,7 @@ impl Writer {
                 // Finished, not still QuotaReserved and Admitted.
                 let mut status = json!({
                     "phase": phase, "message": message, "lastUpdateTime": now(),
-                    "conditions": conditions(*phase, None, message),
+                    "conditions": phase.standard_conditions(None, message, &now()),
                 });
                 if let Some(admissions) = admissions {
                     status["admissions"] = json!(admissions);
@@ -956,73 +956,6 @@ impl Write {
             _ => None,
         }
     }
-}
-
-/// The standard conditions of a unit in `phase` (design §3, Kueue's names):
-/// QuotaReserved, Admitted, PodsReady, Finished, Evicted.
-fn conditions(phase: QueueUnitPhase, evicted_reason: Option<&str>, message: &str) -> Value {
-    use QueueUnitPhase::*;
-    let at = now();
-    let condition = |type_: &str, on: bool, reason: &str| {
-        json!({
-            "type": type_, "status": if on { "True" } else { "False" }, "reason": reason,
-            "message": if on { message } else { "" }, "lastTransitionTime": at,
-        })
-    };
-    let evicted = phase == TimeoutBackoff || phase == SchedFailed;
-    // Why a unit holds no quota: it waits, or it is done.
-    let not_held = if phase.is_finished() {
-        "Finished"
-    } else {
-        "Pending"
-    };
-    json!([
-        condition(
-            "QuotaReserved",
-            phase.holds_quota(),
-            if phase.holds_quota() {
-                "QuotaReserved"
-            } else {
-                not_held
-            }
-        ),
-        condition(
-            "Admitted",
-            phase.is_released(),
-            if phase.is_released() {
-                "Admitted"
-            } else {
-                not_held
-            }
-        ),
-        condition(
-            "PodsReady",
-            matches!(phase, Running | SchedSucceed),
-            if matches!(phase, Running | SchedSucceed) {
-                "PodsReady"
-            } else {
-                "PodsNotReady"
-            }
-        ),
-        condition(
-            "Finished",
-            phase.is_finished(),
-            match phase {
-                Succeed => "Succeeded",
-                Failed => "Failed",
-                _ => "NotFinished",
-            }
-        ),
-        condition(
-            "Evicted",
-            evicted,
-            if evicted {
-                evicted_reason.unwrap_or("Evicted")
-            } else {
-                "NotEvicted"
-            }
-        ),
-    ])
 }
 
 #[cfg(test)]

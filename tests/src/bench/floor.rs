@@ -16,7 +16,7 @@ use anyhow::{Context, Result, anyhow};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use koord_queue_api::{QueueUnit, WriteAck, jobs, keys};
+use koord_queue_api::{QueueUnit, QueueUnitPhase, WriteAck, jobs, keys};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -61,6 +61,13 @@ impl FloorWrites {
 fn share(total: u64, n: usize, i: usize) -> u64 {
     let n = n.max(1) as u64;
     total / n + u64::from((i as u64) < total % n)
+}
+
+/// The scheduler's own conditions for `phase`, so that the objects weigh
+/// the same.
+fn conditions(phase: QueueUnitPhase, message: &str) -> Value {
+    let at = Time(k8s_openapi::jiff::Timestamp::now());
+    serde_json::to_value(phase.standard_conditions(None, message, &at)).unwrap_or(Value::Null)
 }
 
 fn now() -> Value {
@@ -109,31 +116,6 @@ pub fn unit_manifest(shape: &Shape, i: usize, created: &Job, unit_name: &str) ->
         .map_err(|e| anyhow!("unit of {}: {e}", job.name))
 }
 
-/// The standard conditions the scheduler writes with a phase (its own
-/// reasons and messages, so that the objects weigh the same).
-fn conditions(phase: &str, message: &str) -> Value {
-    let at = now();
-    let (reserved, admitted, ready, finished) = match phase {
-        "Dequeued" => (true, true, false, false),
-        "Running" => (true, true, true, false),
-        "Succeed" => (false, false, false, true),
-        _ => (false, false, false, false),
-    };
-    let not_held = if finished { "Finished" } else { "Pending" };
-    let condition = |type_: &str, on: bool, reason_on: &str, reason_off: &str| {
-        json!({ "type": type_, "status": if on { "True" } else { "False" },
-                "reason": if on { reason_on } else { reason_off },
-                "message": if on { message } else { "" }, "lastTransitionTime": at })
-    };
-    json!([
-        condition("QuotaReserved", reserved, "QuotaReserved", not_held),
-        condition("Admitted", admitted, "Admitted", not_held),
-        condition("PodsReady", ready, "PodsReady", "PodsNotReady"),
-        condition("Finished", finished, "Succeeded", "NotFinished"),
-        condition("Evicted", false, "Evicted", "NotEvicted"),
-    ])
-}
-
 /// The `k`-th status write of a unit, in the order and with the content the
 /// scheduler writes them in the saturated run: the release (Dequeued, with
 /// admissions and conditions) before the unsuspend, Succeed after it; any
@@ -152,19 +134,19 @@ fn status_write(shape: &Shape, i: usize, k: u64) -> Value {
                 "phase": "Dequeued", "message": message, "lastUpdateTime": now(),
                 "lastAllocateTime": now(), "position": null, "attempts": 1,
                 "admissions": [{ "name": "main", "replicas": 1, "running": 0, "resources": { "cpu": cpu } }],
-                "conditions": conditions("Dequeued", &message),
+                "conditions": conditions(QueueUnitPhase::Dequeued, &message),
             })
         }
         1 => json!({
             "phase": "Succeed", "message": "job succeeded", "lastUpdateTime": now(),
-            "admissions": [], "position": null, "conditions": conditions("Succeed", "job succeeded"),
+            "admissions": [], "position": null, "conditions": conditions(QueueUnitPhase::Succeed, "job succeeded"),
         }),
         2 => {
             json!({ "phase": "Enqueued", "message": format!("waiting in queue {}", leaf.name), "lastUpdateTime": now() })
         }
         3 => json!({
             "phase": "Running", "message": "running", "lastUpdateTime": now(),
-            "conditions": conditions("Running", "running"),
+            "conditions": conditions(QueueUnitPhase::Running, "running"),
         }),
         k => json!({ "position": k, "message": format!("position {k} in queue {}", leaf.name) }),
     };

@@ -63,7 +63,10 @@ pub struct MemoryApi {
 }
 
 impl ApiAccess for MemoryApi {
-    fn create_unit(&self, unit: &QueueUnit) -> BoxFuture<'_, Result<Created, kube::Error>> {
+    fn create_unit<'a>(
+        &'a self,
+        unit: &'a QueueUnit,
+    ) -> BoxFuture<'a, Result<Created, kube::Error>> {
         let key = (
             unit.metadata.namespace.clone().unwrap_or_default(),
             unit.metadata.name.clone().unwrap_or_default(),
