@@ -42,6 +42,10 @@ impl JobAdapter for WorkflowAdapter {
         is_true(job, &SUSPEND)
     }
 
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND]
+    }
+
     /// One pod set `workflow` of one "pod" holding the annotated resources
     /// (none when the annotation is absent).
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {

@@ -36,6 +36,10 @@ impl JobAdapter for BatchJobAdapter {
         is_true(job, &["spec", "suspend"])
     }
 
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&["spec", "suspend"]]
+    }
+
     /// One pod set `main`: the pods that run at once, `parallelism` (default 1)
     /// capped by `completions` when that is set.
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {

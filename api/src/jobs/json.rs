@@ -7,6 +7,11 @@ use serde_json::{Map, Value};
 use super::AdapterError;
 use crate::keys::SUSPEND_ANNOTATION;
 
+/// Path of the suspend annotation, a hold marker of the kinds without (or
+/// with a recent) native suspend field.
+pub(crate) const SUSPEND_ANNOTATION_PATH: [&str; 3] =
+    ["metadata", "annotations", SUSPEND_ANNOTATION];
+
 /// An [`AdapterError::Invalid`] for the field at `path`.
 pub(crate) fn invalid(path: &str, reason: impl Into<String>) -> AdapterError {
     AdapterError::Invalid {

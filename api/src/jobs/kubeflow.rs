@@ -6,11 +6,14 @@
 use serde_json::{Value, json};
 
 use super::json::{
-    annotation_holds, condition_true, get_path, invalid, non_empty, opt_count, opt_object,
+    SUSPEND_ANNOTATION_PATH, annotation_holds, condition_true, get_path, invalid, non_empty, opt_count, opt_object,
     remove_annotation, set_annotation, set_path, template, template_priority_class,
 };
+use super::batch_job::BATCH_JOB_KIND;
+use super::guard::pod_sets_total;
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
+use crate::resources::Resources;
 use crate::keys::SUSPEND_ANNOTATION;
 
 /// The `kubeflow.org/v1` TFJob kind.
@@ -46,24 +49,31 @@ pub static MPI_JOB_KIND: JobKind = JobKind {
 pub struct KubeflowJobAdapter {
     kind: &'static JobKind,
     replica_specs: &'static str,
+    /// The replica type run by a launcher Job the operator creates, named
+    /// `<job>-launcher` (mpi-operator v2); `None` when the operator creates
+    /// pods only.
+    launcher: Option<&'static str>,
 }
 
 /// Adapter for TFJobs (`spec.tfReplicaSpecs`).
 pub static TF_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &TF_JOB_KIND,
     replica_specs: "tfReplicaSpecs",
+    launcher: None,
 };
 
 /// Adapter for PyTorchJobs (`spec.pytorchReplicaSpecs`).
 pub static PYTORCH_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &PYTORCH_JOB_KIND,
     replica_specs: "pytorchReplicaSpecs",
+    launcher: None,
 };
 
 /// Adapter for MPIJobs (`spec.mpiReplicaSpecs`: `Launcher` and `Worker`).
 pub static MPI_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &MPI_JOB_KIND,
     replica_specs: "mpiReplicaSpecs",
+    launcher: Some("Launcher"),
 };
 
 const RUN_POLICY_SUSPEND: [&str; 3] = ["spec", "runPolicy", "suspend"];
@@ -108,6 +118,10 @@ impl JobAdapter for KubeflowJobAdapter {
     /// `runPolicy.suspend` prunes it and leaves the annotation as the only marker.
     fn is_held(&self, job: &Value) -> bool {
         annotation_holds(job, &RUN_POLICY_SUSPEND)
+    }
+
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND_ANNOTATION_PATH, &RUN_POLICY_SUSPEND]
     }
 
     /// One pod set per replica type (sorted by name), `replicas` pods (default 1).
@@ -164,6 +178,25 @@ impl JobAdapter for KubeflowJobAdapter {
                 .into_iter()
                 .find_map(|(_, spec, _)| spec.get("template").and_then(template_priority_class))
         })
+    }
+
+    /// mpi-operator's launcher Job `<job>-launcher` runs the `Launcher`
+    /// replica; the workers are pods.
+    fn child_budget(
+        &self,
+        owner: &Value,
+        child: &'static JobKind,
+        child_name: &str,
+    ) -> Option<Result<Resources, AdapterError>> {
+        let launcher = self.launcher?;
+        let owner_name = get_path(owner, &["metadata", "name"])?.as_str()?;
+        if child != &BATCH_JOB_KIND || child_name != format!("{owner_name}-launcher") {
+            return None;
+        }
+        Some(
+            self.pod_sets(owner)
+                .map(|sets| pod_sets_total(&sets, &[launcher])),
+        )
     }
 }
 
@@ -424,5 +457,31 @@ mod tests {
             PYTORCH_JOB.priority_class_name(&job).as_deref(),
             Some("normal")
         );
+    }
+
+    #[test]
+    fn the_mpi_launcher_job_is_the_only_child() {
+        use crate::jobs::batch_job::BATCH_JOB_KIND;
+        let mpijob = json!({
+            "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+            "metadata": {"name": "pi"},
+            "spec": {"mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": pod_template("", vec![container("1", "1Gi")])},
+                "Worker": {"replicas": 4, "template": pod_template("", vec![container("2", "4Gi")])},
+            }}
+        });
+        let budget = MPI_JOB
+            .child_budget(&mpijob, &BATCH_JOB_KIND, "pi-launcher")
+            .unwrap()
+            .unwrap();
+        assert_eq!(budget.get("cpu"), 1000);
+        assert_eq!(budget.get("memory"), GI);
+        assert!(MPI_JOB.child_budget(&mpijob, &BATCH_JOB_KIND, "pi").is_none());
+        assert!(
+            MPI_JOB
+                .child_budget(&mpijob, &crate::jobs::ray::RAY_CLUSTER_KIND, "pi-launcher")
+                .is_none()
+        );
+        assert!(TF_JOB.child_budget(&tfjob(), &BATCH_JOB_KIND, "mnist-launcher").is_none());
     }
 }

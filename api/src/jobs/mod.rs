@@ -13,6 +13,7 @@ use crate::resources::{QuantityError, Resources};
 
 pub mod argo;
 pub mod batch_job;
+pub mod guard;
 pub mod json;
 pub mod kubeflow;
 pub mod pod_request;
@@ -26,7 +27,7 @@ pub mod watched;
 
 pub use json::{annotation, remove_annotation, set_annotation, set_path};
 pub use pod_request::{pod_spec_requests, pod_template_requests};
-pub use registry::{all, extensions, for_api_version, for_extension, for_kind};
+pub use registry::{all, extensions, for_api_version, for_extension, for_kind, for_resource};
 pub use unit::{UnitPlacement, queue_unit};
 
 /// Identity of a job kind.
@@ -116,6 +117,11 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// older CRDs prune it; setting it to `false` does not.
     fn is_held(&self, job: &Value) -> bool;
 
+    /// The JSON paths (from the object's root) that [`JobAdapter::hold`] sets:
+    /// the markers of the hold. Changing any of them is lifting the hold
+    /// ([`guard::loosens_hold`]), which only the scheduler may do.
+    fn hold_fields(&self) -> &'static [&'static [&'static str]];
+
     /// The job's pod sets with counts, templates and per-pod resources. A
     /// field of the wrong shape (a string count, a negative count, a template
     /// that is not an object, an invalid quantity) is an
@@ -136,6 +142,22 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// `podPriorityClassName`), else the first pod template that names one.
     /// `None` means the cluster's global default class applies.
     fn priority_class_name(&self, job: &Value) -> Option<String>;
+
+    /// The share of this job's size that a child object may use, when this
+    /// kind's controller creates such a child: of kind `child`, named
+    /// `child_name` the way the controller names it (from `owner`, this job).
+    /// `None` for anything this kind does not create — such an object is
+    /// queued like any job. Its pods are counted in this job's unit, so a
+    /// child passes unqueued only within its budget ([`guard::exceeds`]).
+    fn child_budget(
+        &self,
+        owner: &Value,
+        child: &'static JobKind,
+        child_name: &str,
+    ) -> Option<Result<Resources, AdapterError>> {
+        let _ = (owner, child, child_name);
+        None
+    }
 }
 
 /// Total resources of a job: each pod set's per-pod resources times its count.

@@ -5,13 +5,16 @@
 
 use serde_json::{Value, json};
 
+use super::batch_job::BATCH_JOB_KIND;
+use super::guard::pod_sets_total;
 use super::json::{
-    annotation, field, get_path, invalid, is_true, opt_array, opt_count, opt_object, opt_str,
+    SUSPEND_ANNOTATION_PATH, annotation, field, get_path, invalid, is_true, opt_array, opt_count, opt_object, opt_str,
     remove_annotation, set_annotation, set_path, template, template_priority_class,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
 use crate::keys::SUSPEND_ANNOTATION;
+use crate::resources::Resources;
 
 /// The `ray.io/v1` RayJob kind.
 pub static RAY_JOB_KIND: JobKind = JobKind {
@@ -61,13 +64,37 @@ impl JobAdapter for RayJobAdapter {
         is_true(job, &SUSPEND) && annotation(job, SUSPEND_ANNOTATION) == Some("true")
     }
 
-    /// The pods of `spec.rayClusterSpec`. A RayJob without one runs on an
-    /// existing cluster (`spec.clusterSelector`) and brings no pod sets.
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND, &SUSPEND_ANNOTATION_PATH]
+    }
+
+    /// The pods of `spec.rayClusterSpec` (a RayJob without one runs on an
+    /// existing cluster, `spec.clusterSelector`, and brings none), plus the
+    /// submitter: in `K8sJobMode` (the default) KubeRay runs `ray job submit`
+    /// in a Job of one pod, from `spec.submitterPodTemplate` or its default
+    /// container (requests 500m CPU, 200Mi memory).
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
-        match get_path(job, &["spec", "rayClusterSpec"]) {
-            None => Ok(Vec::new()),
-            Some(cluster) => cluster_pod_sets(cluster, "spec.rayClusterSpec"),
+        let mut sets = match get_path(job, &["spec", "rayClusterSpec"]) {
+            None => Vec::new(),
+            Some(cluster) => cluster_pod_sets(cluster, "spec.rayClusterSpec")?,
+        };
+        let mode = opt_str(
+            get_path(job, &["spec", "submissionMode"]),
+            "spec.submissionMode",
+        )?;
+        if matches!(mode, None | Some("K8sJobMode")) {
+            let template = match get_path(job, &["spec", "submitterPodTemplate"]) {
+                Some(t) => template(Some(t), "spec.submitterPodTemplate")?.clone(),
+                None => default_submitter_template(),
+            };
+            sets.push(PodSetInfo {
+                name: SUBMITTER.to_string(),
+                count: 1,
+                per_pod: template_requests_at(&template, "spec.submitterPodTemplate")?,
+                template,
+            });
         }
+        Ok(sets)
     }
 
     fn state_fields(&self) -> &'static [&'static [&'static str]] {
@@ -94,6 +121,50 @@ impl JobAdapter for RayJobAdapter {
     fn priority_class_name(&self, job: &Value) -> Option<String> {
         get_path(job, &["spec", "rayClusterSpec"]).and_then(cluster_priority_class)
     }
+
+    /// KubeRay creates the RayCluster named in `status.rayClusterName` (it
+    /// records the name before it creates the cluster) from the cluster's pod
+    /// sets, and the submitter Job named as the RayJob.
+    fn child_budget(
+        &self,
+        owner: &Value,
+        child: &'static JobKind,
+        child_name: &str,
+    ) -> Option<Result<Resources, AdapterError>> {
+        let named = |path: &[&str]| get_path(owner, path).and_then(Value::as_str);
+        let sets = |names: fn(&str) -> bool| {
+            self.pod_sets(owner).map(|sets| {
+                let chosen: Vec<PodSetInfo> =
+                    sets.into_iter().filter(|s| names(&s.name)).collect();
+                pod_sets_total(&chosen, &[])
+            })
+        };
+        if child == &RAY_CLUSTER_KIND && named(&["status", "rayClusterName"]) == Some(child_name) {
+            return Some(sets(|name| name != SUBMITTER));
+        }
+        if child == &BATCH_JOB_KIND && named(&["metadata", "name"]) == Some(child_name) {
+            return match self.pod_sets(owner) {
+                Ok(all) if !all.iter().any(|s| s.name == SUBMITTER) => None,
+                _ => Some(sets(|name| name == SUBMITTER)),
+            };
+        }
+        None
+    }
+}
+
+/// Name of a RayJob's submitter pod set.
+const SUBMITTER: &str = "submitter";
+
+/// KubeRay's default submitter pod (`GetDefaultSubmitterTemplate`): one
+/// container requesting 500m CPU and 200Mi memory (limits 1 CPU, 1Gi).
+fn default_submitter_template() -> Value {
+    json!({"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "ray-job-submitter",
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "200Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+    }]}})
 }
 
 impl JobAdapter for RayClusterAdapter {
@@ -111,6 +182,10 @@ impl JobAdapter for RayClusterAdapter {
 
     fn is_held(&self, job: &Value) -> bool {
         is_true(job, &SUSPEND)
+    }
+
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND]
     }
 
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
@@ -297,8 +372,13 @@ mod tests {
 
     #[test]
     fn head_and_worker_groups() {
+        let mut with_submitter = RayJobAdapter.pod_sets(&rayjob()).unwrap();
+        let submitter = with_submitter.pop().unwrap();
+        assert_eq!((submitter.name.as_str(), submitter.count), ("submitter", 1));
+        assert_eq!(submitter.per_pod.get("cpu"), 500);
+        assert_eq!(submitter.per_pod.get("memory"), 200 * (1 << 20));
         for sets in [
-            RayJobAdapter.pod_sets(&rayjob()).unwrap(),
+            with_submitter,
             RayClusterAdapter.pod_sets(&raycluster()).unwrap(),
         ] {
             let names: Vec<_> = sets.iter().map(|s| (s.name.as_str(), s.count)).collect();
@@ -347,7 +427,7 @@ mod tests {
     }
 
     #[test]
-    fn rayjob_on_an_existing_cluster_has_no_pods() {
+    fn rayjob_on_an_existing_cluster_brings_only_its_submitter() {
         let mut job = rayjob();
         let spec = job["spec"].as_object_mut().unwrap();
         spec.remove("rayClusterSpec");
@@ -355,6 +435,14 @@ mod tests {
             "clusterSelector".into(),
             json!({"ray.io/cluster": "shared"}),
         );
+        let names: Vec<_> = RayJobAdapter
+            .pod_sets(&job)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["submitter"]);
+        job["spec"]["submissionMode"] = json!("HTTPMode");
         assert_eq!(RayJobAdapter.pod_sets(&job).unwrap(), Vec::new());
     }
 
@@ -483,6 +571,73 @@ mod tests {
         assert_eq!(
             RayClusterAdapter.priority_class_name(&job).as_deref(),
             Some("gpu-prio")
+        );
+    }
+
+    #[test]
+    fn submitter_follows_the_submission_mode() {
+        let names = |job: &Value| -> Vec<String> {
+            RayJobAdapter
+                .pod_sets(job)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        let mut job = rayjob();
+        job["spec"]["submissionMode"] = json!("HTTPMode");
+        assert!(!names(&job).contains(&"submitter".to_string()));
+        job["spec"]["submissionMode"] = json!("K8sJobMode");
+        job["spec"]["submitterPodTemplate"] =
+            pod_template("", vec![container("2", "1Gi")]);
+        let sets = RayJobAdapter.pod_sets(&job).unwrap();
+        assert_eq!(sets.last().unwrap().per_pod.get("cpu"), 2000);
+        job["spec"]["submitterPodTemplate"] = json!("x");
+        assert!(RayJobAdapter.pod_sets(&job).is_err());
+    }
+
+    #[test]
+    fn children_are_the_named_cluster_and_the_submitter() {
+        use crate::jobs::batch_job::BATCH_JOB_KIND;
+        let mut job = rayjob();
+        // No cluster name recorded yet: no RayCluster is a child.
+        assert!(
+            RayJobAdapter
+                .child_budget(&job, &RAY_CLUSTER_KIND, "train-abcde")
+                .is_none()
+        );
+        job["status"] = json!({"rayClusterName": "train-abcde"});
+        let cluster = RayJobAdapter
+            .child_budget(&job, &RAY_CLUSTER_KIND, "train-abcde")
+            .unwrap()
+            .unwrap();
+        assert_eq!(cluster.get("cpu"), 2000 + 3 * 4000 + 2 * 8000);
+        assert!(
+            RayJobAdapter
+                .child_budget(&job, &RAY_CLUSTER_KIND, "train-other")
+                .is_none()
+        );
+        let submitter = RayJobAdapter
+            .child_budget(&job, &BATCH_JOB_KIND, "train")
+            .unwrap()
+            .unwrap();
+        assert_eq!(submitter.get("cpu"), 500);
+        assert!(
+            RayJobAdapter
+                .child_budget(&job, &BATCH_JOB_KIND, "train-x")
+                .is_none()
+        );
+        job["spec"]["submissionMode"] = json!("HTTPMode");
+        assert!(
+            RayJobAdapter
+                .child_budget(&job, &BATCH_JOB_KIND, "train")
+                .is_none()
+        );
+        // A RayCluster makes no job children.
+        assert!(
+            RayClusterAdapter
+                .child_budget(&raycluster(), &BATCH_JOB_KIND, "shared")
+                .is_none()
         );
     }
 }

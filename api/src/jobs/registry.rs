@@ -42,6 +42,14 @@ pub fn for_api_version(api_version: &str, kind: &str) -> Option<&'static dyn Job
     for_kind(group, kind)
 }
 
+/// The adapter of the resource `plural` in `group` (for subresource
+/// requests such as `/scale`, whose object is not the job).
+pub fn for_resource(group: &str, plural: &str) -> Option<&'static dyn JobAdapter> {
+    ALL.iter()
+        .copied()
+        .find(|a| a.kind().group == group && a.kind().plural == plural)
+}
+
 /// The extension keys that enable kinds, each once (`ray` covers RayJob and
 /// RayCluster).
 pub fn extensions() -> &'static [&'static str] {
@@ -105,5 +113,10 @@ mod tests {
         assert!(for_api_version("v1", "Pod").is_none());
         assert!(for_kind("batch", "CronJob").is_none());
         assert!(for_kind("kubeflow.org", "job").is_none());
+        assert_eq!(
+            for_resource("kubeflow.org", "pytorchjobs").map(|a| a.kind().kind),
+            Some("PyTorchJob")
+        );
+        assert!(for_resource("kubeflow.org", "PyTorchJob").is_none());
     }
 }

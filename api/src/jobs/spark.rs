@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::json::{
-    annotation_holds, field, get_path, invalid, is_true, non_empty, opt_array, opt_count, opt_i64,
+    SUSPEND_ANNOTATION_PATH, annotation_holds, field, get_path, invalid, is_true, non_empty, opt_array, opt_count, opt_i64,
     opt_object, opt_str, remove_annotation, set_annotation, set_path,
 };
 use super::pod_request::template_requests_at;
@@ -77,6 +77,10 @@ impl JobAdapter for SparkApplicationAdapter {
     /// spark-operator 2.4 prune it, leaving the annotation as the only marker.
     fn is_held(&self, job: &Value) -> bool {
         annotation_holds(job, &SUSPEND)
+    }
+
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&SUSPEND_ANNOTATION_PATH, &SUSPEND]
     }
 
     /// `driver` (one pod) and `executor` (`spec.executor.instances`, default 1;
