@@ -2,6 +2,10 @@
 //! (`scheduling.sigs.k8s.io/v1alpha1`). Koord-Queue only reads it; the schema
 //! generated from it is installed only on clusters without Koordinator.
 
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -60,5 +64,132 @@ impl ElasticQuota {
             .as_ref()
             .and_then(|l| l.get(keys::QUOTA_IS_PARENT_LABEL))
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+}
+
+/// The namespaces whose jobs may use a quota with `meta`: its own, and those
+/// its annotation `quota.scheduling.koordinator.sh/namespaces` lists (a JSON
+/// array of strings). A malformed annotation grants nothing beyond its own
+/// namespace; the error says why.
+pub fn served_namespaces(meta: &ObjectMeta) -> (Vec<String>, Option<String>) {
+    let own = meta.namespace.clone().unwrap_or_default();
+    let mut out = vec![own];
+    let Some(text) = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::QUOTA_NAMESPACES_ANNOTATION))
+    else {
+        return (out, None);
+    };
+    match serde_json::from_str::<Vec<String>>(text) {
+        Ok(listed) => {
+            out.extend(listed.into_iter().filter(|n| !n.is_empty()));
+            out.sort();
+            out.dedup();
+            (out, None)
+        }
+        Err(e) => (
+            out,
+            Some(format!(
+                "annotation {} is not a JSON array of namespace names: {e}",
+                keys::QUOTA_NAMESPACES_ANNOTATION
+            )),
+        ),
+    }
+}
+
+/// Order of precedence among ElasticQuotas of the same name (names are
+/// unique cluster-wide, as Koordinator's parent label names quotas by name):
+/// the oldest wins, then the one whose namespace sorts first. `Less` means
+/// `a` wins.
+pub fn precedence(a: &ObjectMeta, b: &ObjectMeta) -> Ordering {
+    let created = |m: &ObjectMeta| m.creation_timestamp.as_ref().map(|t| t.0);
+    // A quota without a timestamp (never stored) comes last.
+    match (created(a), created(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+    .then_with(|| a.namespace.cmp(&b.namespace))
+}
+
+/// The winners among quotas by name: for each name, the quota that takes
+/// precedence; the others are returned as shadowed `(namespace, name)`.
+pub fn winners<'a, T: 'a>(
+    quotas: impl IntoIterator<Item = &'a T>,
+    meta: impl Fn(&T) -> &ObjectMeta,
+) -> (BTreeMap<String, &'a T>, Vec<(String, String)>) {
+    let mut best: BTreeMap<String, &'a T> = BTreeMap::new();
+    let mut shadowed = Vec::new();
+    for quota in quotas {
+        let m = meta(quota);
+        let name = m.name.clone().unwrap_or_default();
+        match best.get(&name) {
+            Some(current) if precedence(meta(current), m) != Ordering::Greater => {
+                shadowed.push((m.namespace.clone().unwrap_or_default(), name));
+            }
+            Some(current) => {
+                let loser = meta(current).namespace.clone().unwrap_or_default();
+                shadowed.push((loser, name.clone()));
+                best.insert(name, quota);
+            }
+            None => {
+                best.insert(name, quota);
+            }
+        }
+    }
+    shadowed.sort();
+    (best, shadowed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn meta(ns: &str, name: &str, secs: Option<i64>, listed: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            creation_timestamp: secs.map(|s| {
+                Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
+            }),
+            annotations: listed.map(|l| {
+                [(keys::QUOTA_NAMESPACES_ANNOTATION.to_string(), l.to_string())].into()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn served_namespaces_are_its_own_and_the_listed() {
+        let (ns, err) = served_namespaces(&meta("team-a", "q", None, None));
+        assert_eq!((ns, err), (vec!["team-a".to_string()], None));
+        let (ns, err) = served_namespaces(&meta("team-a", "q", None, Some(r#"["b","c",""]"#)));
+        assert_eq!(ns, ["b", "c", "team-a"]);
+        assert!(err.is_none());
+        let (ns, err) = served_namespaces(&meta("team-a", "q", None, Some("b,c")));
+        assert_eq!(ns, ["team-a"]);
+        assert!(err.unwrap().contains("JSON array"));
+    }
+
+    #[test]
+    fn the_oldest_quota_of_a_name_wins() {
+        let quotas = [
+            meta("b", "q", Some(20), None),
+            meta("a", "q", Some(30), None),
+            meta("c", "q", Some(10), None),
+            meta("z", "other", None, None),
+            meta("d", "q", Some(10), None),
+        ];
+        let (best, shadowed) = winners(quotas.iter(), |m| m);
+        assert_eq!(best["q"].namespace.as_deref(), Some("c"));
+        assert_eq!(best["other"].namespace.as_deref(), Some("z"));
+        let names: Vec<_> = shadowed.iter().map(|(ns, _)| ns.as_str()).collect();
+        assert_eq!(names, ["a", "b", "d"]);
     }
 }

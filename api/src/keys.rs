@@ -17,6 +17,9 @@ pub const QUOTA_NAME_LABEL: &str = "quota.scheduling.koordinator.sh/name";
 pub const QUOTA_PARENT_LABEL: &str = "quota.scheduling.koordinator.sh/parent";
 /// ElasticQuota label marking an inner node of the tree: no job maps to it.
 pub const QUOTA_IS_PARENT_LABEL: &str = "quota.scheduling.koordinator.sh/is-parent";
+/// ElasticQuota annotation listing, as a JSON string array, the namespaces
+/// besides its own whose jobs may use the quota (Koordinator's convention).
+pub const QUOTA_NAMESPACES_ANNOTATION: &str = "quota.scheduling.koordinator.sh/namespaces";
 /// Name of Koordinator's root quota; its `max` is the cluster capacity.
 pub const ROOT_QUOTA_NAME: &str = "koordinator-root-quota";
 

@@ -46,8 +46,9 @@ impl JobAdapter for WorkflowAdapter {
         &[&SUSPEND]
     }
 
-    /// One pod set `workflow` of one "pod" holding the annotated resources
-    /// (none when the annotation is absent).
+    /// One pod set `workflow` of one "pod" holding the annotated resources.
+    /// The annotation is required: without it the workflow's size would be
+    /// zero and it would run outside any quota.
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
         Ok(vec![PodSetInfo {
             name: "workflow".to_string(),
@@ -87,7 +88,11 @@ fn min_resources(job: &Value) -> Result<Resources, AdapterError> {
         return Err(invalid(&path, "annotation values must be strings"));
     }
     let Some(text) = annotation(job, MIN_RESOURCES_ANNOTATION) else {
-        return Ok(Resources::new());
+        return Err(invalid(
+            &path,
+            "required: a Workflow creates its pods step by step, so Koord-Queue sizes it by this \
+             annotation, the most it runs at once, e.g. {\"cpu\":\"4\",\"memory\":\"8Gi\"}",
+        ));
     };
     let list: Value = serde_json::from_str(text).map_err(|e| {
         invalid(
@@ -152,9 +157,11 @@ mod tests {
         assert_eq!(total.get("memory"), 4 * GI);
         assert_eq!(total.get("nvidia.com/gpu"), 1);
 
-        let sets = WorkflowAdapter.pod_sets(&workflow(None)).unwrap();
-        assert_eq!(sets[0].count, 1);
-        assert!(sets[0].per_pod.is_zero());
+        // Without the annotation it cannot be sized: refused, not counted as zero.
+        match WorkflowAdapter.pod_sets(&workflow(None)) {
+            Err(AdapterError::Invalid { reason, .. }) => assert!(reason.starts_with("required")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
