@@ -155,12 +155,10 @@ mod tests {
         ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
-            creation_timestamp: secs.map(|s| {
-                Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
-            }),
-            annotations: listed.map(|l| {
-                [(keys::QUOTA_NAMESPACES_ANNOTATION.to_string(), l.to_string())].into()
-            }),
+            creation_timestamp: secs
+                .map(|s| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())),
+            annotations: listed
+                .map(|l| [(keys::QUOTA_NAMESPACES_ANNOTATION.to_string(), l.to_string())].into()),
             ..Default::default()
         }
     }

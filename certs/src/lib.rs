@@ -11,7 +11,9 @@ mod serving;
 
 pub use authority::{Authority, IssuedCert, MAX_CLIENT_GROUPS, ServingNames};
 pub use pem_files::{CERT_FILE, KEY_FILE, write_pem_pair};
-pub use serving::{CertPaths, CertReloader, install_crypto_provider, server_config_from_pem};
+pub use serving::{
+    CertPaths, CertReloader, install_crypto_provider, server_config, server_config_from_pem,
+};
 
 /// Errors while minting, loading or writing TLS material.
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,9 @@ pub struct CertPaths {
     pub cert: PathBuf,
     /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+    /// CA bundle (PEM) that clients must present a certificate of; `None`
+    /// accepts any client (TLS without client authentication).
+    pub client_ca: Option<PathBuf>,
 }
 
 impl CertPaths {
@@ -28,18 +31,37 @@ impl CertPaths {
         Self {
             cert: dir.join(crate::CERT_FILE),
             key: dir.join(crate::KEY_FILE),
+            client_ca: None,
         }
     }
 
-    fn read(&self) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    /// The same, requiring client certificates signed by the CAs in `ca`.
+    pub fn with_client_ca(mut self, ca: Option<PathBuf>) -> Self {
+        self.client_ca = ca;
+        self
+    }
+
+    fn read(&self) -> Result<Material, Error> {
         let read = |path: &Path| {
             std::fs::read(path).map_err(|source| Error::Io {
                 path: path.to_path_buf(),
                 source,
             })
         };
-        Ok((read(&self.cert)?, read(&self.key)?))
+        Ok(Material {
+            cert: read(&self.cert)?,
+            key: read(&self.key)?,
+            client_ca: self.client_ca.as_deref().map(read).transpose()?,
+        })
     }
+}
+
+/// The PEM bytes a server configuration is built from.
+#[derive(Debug, PartialEq, Eq)]
+struct Material {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
 }
 
 /// The process-wide rustls crypto provider (ring). Installing it is
@@ -50,6 +72,17 @@ pub fn install_crypto_provider() {
 
 /// Builds a TLS 1.2+ server configuration (ALPN h2 and http/1.1) from PEM bytes.
 pub fn server_config_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<ServerConfig, Error> {
+    server_config(cert_pem, key_pem, None)
+}
+
+/// [`server_config_from_pem`] that, with `client_ca_pem`, accepts only
+/// clients presenting a certificate signed by one of those CAs (the API
+/// server authenticating itself to a webhook).
+pub fn server_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    client_ca_pem: Option<&[u8]>,
+) -> Result<ServerConfig, Error> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| Error::Invalid(format!("certificate file: {e}")))?;
@@ -61,18 +94,42 @@ pub fn server_config_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<ServerC
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| Error::Invalid(format!("key file: {e}")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| Error::Invalid(format!("TLS versions: {e}")))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| {
-            Error::Invalid(format!(
-                "certificate and key do not form a usable pair: {e}"
-            ))
-        })?;
+        .map_err(|e| Error::Invalid(format!("TLS versions: {e}")))?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in CertificateDer::pem_slice_iter(pem) {
+                let ca = ca.map_err(|e| Error::Invalid(format!("client CA file: {e}")))?;
+                roots
+                    .add(ca)
+                    .map_err(|e| Error::Invalid(format!("client CA file: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(Error::Invalid("client CA file holds no certificate".into()));
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| Error::Invalid(format!("client CA file: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        Error::Invalid(format!(
+            "certificate and key do not form a usable pair: {e}"
+        ))
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+impl Material {
+    fn config(&self) -> Result<ServerConfig, Error> {
+        server_config(&self.cert, &self.key, self.client_ca.as_deref())
+    }
 }
 
 /// Re-reads a certificate pair and yields a new server configuration when
@@ -80,14 +137,14 @@ pub fn server_config_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<ServerC
 #[derive(Debug)]
 pub struct CertReloader {
     paths: CertPaths,
-    current: (Vec<u8>, Vec<u8>),
+    current: Material,
 }
 
 impl CertReloader {
     /// Loads the pair now: an error here means the server must not start.
     pub fn load(paths: CertPaths) -> Result<(Self, ServerConfig), Error> {
         let current = paths.read()?;
-        let config = server_config_from_pem(&current.0, &current.1)?;
+        let config = current.config()?;
         Ok((Self { paths, current }, config))
     }
 
@@ -105,7 +162,7 @@ impl CertReloader {
         if now == self.current {
             return Ok(None);
         }
-        let config = server_config_from_pem(&now.0, &now.1)?;
+        let config = now.config()?;
         self.current = now;
         Ok(Some(config))
     }

@@ -121,6 +121,7 @@ fn main() {
     let app = koord_queue_webhook::router(
         webhook(standard_view(), Arc::new(MemoryApi::default())),
         6 << 20,
+        4096,
     );
     let rustls = runtime
         .block_on(async { axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls)) });

@@ -1,8 +1,7 @@
 //! The admission decision, as pure functions of the request, the cluster view
-//! and the policy (design §6). The effects — creating the QueueUnit, reading
-//! it back on UPDATE — are performed by [`crate::service`].
-
-use std::collections::BTreeMap;
+//! and the policy (design §6, docs/security.md). What needs a read of the API
+//! — a QueueUnit's phase, an owner's existence — comes back as a verdict that
+//! names what to check; [`crate::service`] performs the reads.
 
 use koord_queue_api::jobs::{self, JobAdapter};
 use koord_queue_api::keys;
@@ -11,26 +10,28 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 
+use crate::mapping;
+use crate::ownership::{self, ChildClaim};
 use crate::policy::Policy;
 use crate::view::ClusterView;
-
-/// Most quota names listed in a refusal.
-const MAX_LISTED_QUOTAS: usize = 20;
 
 /// What to do with a request.
 #[derive(Debug)]
 pub enum Verdict {
     /// Let it through unchanged.
     Allow,
-    /// Hold the job (`patch`) and queue it (`unit`, created unless dry-run).
+    /// Hold the job (`patch`) and queue it (`unit`, created unless dry-run,
+    /// once the job is stored).
     Hold {
         /// JSON Patch relative to the submitted object.
         patch: json_patch::Patch,
-        /// The job's QueueUnit.
+        /// The job's QueueUnit as the review describes it.
         unit: Box<QueueUnit>,
+        /// The job's kind.
+        adapter: &'static dyn JobAdapter,
     },
     /// The UPDATE lifts the hold of a queued job: allowed only if the unit
-    /// named here has been released (looked up by the caller).
+    /// named here holds quota now (released, not finished).
     CheckRelease {
         /// Namespace of the job and its unit.
         namespace: String,
@@ -38,6 +39,26 @@ pub enum Verdict {
         job: String,
         /// Name of the job's QueueUnit.
         unit: String,
+    },
+    /// The object claims to be a managed job's child: allowed if the claim
+    /// is proven ([`ownership::prove`]), else `fallback`.
+    CheckChild {
+        /// The claim.
+        claim: Box<ChildClaim>,
+        /// The verdict when it is not proven.
+        fallback: Box<Verdict>,
+    },
+    /// A `/scale` update that adds replicas: refused when the object is
+    /// queued or a managed job's child (read by the caller).
+    CheckScale {
+        /// The object's kind.
+        adapter: &'static dyn JobAdapter,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Replicas before and after.
+        replicas: (i64, i64),
     },
     /// Refuse, with the message the user sees.
     Deny(String),
@@ -61,6 +82,9 @@ pub fn decide(
     view: &dyn ClusterView,
     policy: &Policy,
 ) -> Verdict {
+    if let Some(sub) = request.sub_resource.as_deref() {
+        return crate::update::decide_subresource(request, sub, objects, policy);
+    }
     let kind = &request.kind;
     let Some(adapter) = jobs::for_kind(&kind.group, &kind.kind) else {
         return Verdict::Deny(format!(
@@ -73,13 +97,14 @@ pub fn decide(
     }
     match request.operation {
         Operation::Create => decide_create(request, objects, adapter, view, policy),
-        Operation::Update => decide_update(request, objects, adapter, policy),
+        Operation::Update => crate::update::decide_update(request, objects, adapter, policy),
         // Deletes and connects are not ours to judge.
         Operation::Delete | Operation::Connect => Verdict::Allow,
     }
 }
 
-fn object_json<'a>(object: Option<&'a Value>, which: &str) -> Result<&'a Value, String> {
+/// The object `which` of a request as a JSON object.
+pub(crate) fn object_json<'a>(object: Option<&'a Value>, which: &str) -> Result<&'a Value, String> {
     match object {
         Some(v) if v.is_object() => Ok(v),
         Some(Value::Null) | None => Err(format!("the request carries no {which}")),
@@ -90,7 +115,7 @@ fn object_json<'a>(object: Option<&'a Value>, which: &str) -> Result<&'a Value, 
 fn decide_create(
     request: &AdmissionRequest<DynamicObject>,
     objects: &RequestObjects,
-    adapter: &dyn JobAdapter,
+    adapter: &'static dyn JobAdapter,
     view: &dyn ClusterView,
     policy: &Policy,
 ) -> Verdict {
@@ -98,10 +123,6 @@ fn decide_create(
         Ok(job) => job,
         Err(message) => return Verdict::Deny(message),
     };
-    if jobs::owned_by_managed_job(job) {
-        // Its owner is queued already (e.g. a RayJob's RayCluster).
-        return Verdict::Allow;
-    }
     let Some(namespace) = request.namespace.clone().filter(|n| !n.is_empty()) else {
         return Verdict::Deny("a job must be namespaced".into());
     };
@@ -109,12 +130,35 @@ fn decide_create(
         Ok(name) => name,
         Err(message) => return Verdict::Deny(message),
     };
-    let kind = adapter.kind();
-    let what = format!("{} {namespace}/{name}", kind.kind);
+    let queued = hold_and_queue(request, job, adapter, &namespace, &name, view, policy);
+    match ownership::claim(adapter, job, &namespace, &name) {
+        Ok(None) => queued,
+        // A child of a managed job passes only if the claim is proven.
+        Ok(Some(claim)) => Verdict::CheckChild {
+            claim: Box::new(claim),
+            fallback: Box::new(queued),
+        },
+        Err(message) => Verdict::Deny(format!(
+            "{} {namespace}/{name} cannot be queued: {message}",
+            adapter.kind().kind
+        )),
+    }
+}
 
+/// The verdict that holds `job` and queues it as a job of its own.
+fn hold_and_queue(
+    request: &AdmissionRequest<DynamicObject>,
+    job: &Value,
+    adapter: &'static dyn JobAdapter,
+    namespace: &str,
+    name: &str,
+    view: &dyn ClusterView,
+    policy: &Policy,
+) -> Verdict {
+    let what = format!("{} {namespace}/{name}", adapter.kind().kind);
     let labels = jobs::unit::string_map(job, "labels");
-    let queue = match choose_queue(&labels, &namespace, view, policy) {
-        Ok(queue) => queue,
+    let route = match mapping::route(&labels, namespace, view, policy) {
+        Ok(route) => route,
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
     let (priority_class_name, priority) = match priority(adapter, job, view) {
@@ -122,7 +166,7 @@ fn decide_create(
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
 
-    let unit_name = unit_name(&name, &request.uid);
+    let unit_name = unit_name(name, &request.uid);
     let mut held = job.clone();
     if job
         .pointer("/metadata/name")
@@ -130,66 +174,35 @@ fn decide_create(
         .unwrap_or("")
         .is_empty()
     {
-        jobs::set_path(
-            &mut held,
-            &["metadata", "name"],
-            Value::String(name.clone()),
-        );
+        jobs::set_path(&mut held, &["metadata", "name"], Value::String(name.into()));
     }
     adapter.hold(&mut held);
     jobs::set_annotation(&mut held, keys::QUEUE_UNIT_ANNOTATION, &unit_name);
-    jobs::set_annotation(&mut held, keys::QUEUE_ANNOTATION, &queue);
+    jobs::set_annotation(&mut held, keys::QUEUE_ANNOTATION, &route.queue);
+    if let Some(quota) = &route.quota {
+        // A job routed by a default queue is charged as if it named the quota.
+        jobs::set_path(
+            &mut held,
+            &["metadata", "labels", keys::QUOTA_NAME_LABEL],
+            Value::String(quota.clone()),
+        );
+    }
     let patch = json_patch::diff(job, &held);
     let placement = jobs::UnitPlacement {
-        namespace,
-        job_name: name,
+        namespace: namespace.to_string(),
+        job_name: name.to_string(),
         unit_name,
-        queue,
+        queue: route.queue,
         priority_class_name,
         priority,
     };
-    match jobs::queue_unit(adapter, job, placement) {
+    match jobs::queue_unit(adapter, &held, placement) {
         Ok(unit) => Verdict::Hold {
             patch,
             unit: Box::new(unit),
+            adapter,
         },
         Err(message) => Verdict::Deny(format!("{what} cannot be queued: {message}")),
-    }
-}
-
-fn decide_update(
-    request: &AdmissionRequest<DynamicObject>,
-    objects: &RequestObjects,
-    adapter: &dyn JobAdapter,
-    policy: &Policy,
-) -> Verdict {
-    let (old, new) = match (
-        object_json(objects.old.as_ref(), "old object"),
-        object_json(objects.object.as_ref(), "object"),
-    ) {
-        (Ok(old), Ok(new)) => (old, new),
-        (Err(m), _) | (_, Err(m)) => return Verdict::Deny(m),
-    };
-    if policy.is_scheduler(request) {
-        return Verdict::Allow;
-    }
-    let old_unit = jobs::annotation(old, keys::QUEUE_UNIT_ANNOTATION);
-    let new_unit = jobs::annotation(new, keys::QUEUE_UNIT_ANNOTATION);
-    if old_unit.is_some() && old_unit != new_unit {
-        return Verdict::Deny(format!(
-            "the {} annotation is managed by Koord-Queue and cannot be changed",
-            keys::QUEUE_UNIT_ANNOTATION
-        ));
-    }
-    let lifts_hold = adapter.is_held(old) && !adapter.is_held(new);
-    match (lifts_hold, old_unit) {
-        (true, Some(unit)) => Verdict::CheckRelease {
-            namespace: request.namespace.clone().unwrap_or_default(),
-            job: request.name.clone(),
-            unit: unit.to_string(),
-        },
-        // Not queued by Koord-Queue (created before the namespace opted in).
-        _ => Verdict::Allow,
     }
 }
 
@@ -247,67 +260,9 @@ fn uid_fragment(uid: &str, len: usize) -> String {
     out
 }
 
-/// Queue mapping (design §4.1): the job's quota label, else the namespace's
-/// default queue, else the configured default; otherwise a refusal that
-/// says what to set.
-fn choose_queue(
-    labels: &BTreeMap<String, String>,
-    namespace: &str,
-    view: &dyn ClusterView,
-    policy: &Policy,
-) -> Result<String, String> {
-    if let Some(quota) = labels.get(keys::QUOTA_NAME_LABEL).filter(|q| !q.is_empty()) {
-        return match view.quota(quota) {
-            Some(info) if info.is_parent => Err(format!(
-                "ElasticQuota {quota:?} (label {}) is a parent quota; jobs must name a leaf quota: {}",
-                keys::QUOTA_NAME_LABEL,
-                list_quotas(view)
-            )),
-            Some(_) => Ok(quota.clone()),
-            None => Err(format!(
-                "ElasticQuota {quota:?} (label {}) does not exist; existing quotas: {}",
-                keys::QUOTA_NAME_LABEL,
-                list_quotas(view)
-            )),
-        };
-    }
-    if let Some(queue) = view
-        .namespace_default_queue(namespace)
-        .filter(|q| !q.is_empty())
-    {
-        return Ok(queue);
-    }
-    if let Some(queue) = policy.default_queue.clone() {
-        return Ok(queue);
-    }
-    Err(format!(
-        "it names no quota: set the label {}=<quota> on the job (existing quotas: {}) or the annotation {} on namespace {namespace}",
-        keys::QUOTA_NAME_LABEL,
-        list_quotas(view),
-        keys::DEFAULT_QUEUE_ANNOTATION
-    ))
-}
-
-fn list_quotas(view: &dyn ClusterView) -> String {
-    let quotas = view.leaf_quotas();
-    if quotas.is_empty() {
-        return "none".into();
-    }
-    let mut text = quotas
-        .iter()
-        .take(MAX_LISTED_QUOTAS)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if quotas.len() > MAX_LISTED_QUOTAS {
-        text.push_str(&format!(" and {} more", quotas.len() - MAX_LISTED_QUOTAS));
-    }
-    text
-}
-
 /// The job's PriorityClass and its value; the global default when the job
 /// names none; 0 without either.
-fn priority(
+pub(crate) fn priority(
     adapter: &dyn JobAdapter,
     job: &Value,
     view: &dyn ClusterView,

@@ -3,8 +3,10 @@
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Namespace;
-use koord_queue_api::{ElasticQuota, QueueUnit, WriteAck, keys};
-use kube::api::{Api, ListParams};
+use koord_queue_api::jobs::JobKind;
+use koord_queue_api::{ElasticQuota, QueueUnit, WriteAck, elastic_quota, keys};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::Value;
 
 use crate::view::QuotaInfo;
 
@@ -24,19 +26,32 @@ pub trait ApiAccess: Send + Sync {
         &'a self,
         unit: &'a QueueUnit,
     ) -> BoxFuture<'a, Result<Created, kube::Error>>;
+    /// Asks the API server whether `unit` could be created now, creating
+    /// nothing (`dryRun=All`). A name that is taken is no error.
+    fn check_unit_create<'a>(
+        &'a self,
+        unit: &'a QueueUnit,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
     /// Reads a QueueUnit.
     fn get_unit<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<QueueUnit>, kube::Error>>;
+    /// Reads a job (or a job's owner) of `kind` as JSON.
+    fn get_job<'a>(
+        &'a self,
+        kind: &'static JobKind,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>>;
     /// Reads a namespace's `koord-queue/default-queue` annotation directly
     /// (for namespaces the cache has not seen yet).
     fn namespace_default_queue<'a>(
         &'a self,
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, kube::Error>>;
-    /// Reads an ElasticQuota directly (one the cache has not seen yet).
+    /// Reads the ElasticQuota of a name directly (one the cache has not seen yet).
     fn quota<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>>;
 }
 
@@ -52,6 +67,14 @@ impl KubeApi {
     pub fn new(client: kube::Client) -> Self {
         Self { client }
     }
+}
+
+/// The dynamic API resource of a job kind.
+pub fn api_resource(kind: &JobKind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(kind.group, kind.version, kind.kind),
+        kind.plural,
+    )
 }
 
 impl ApiAccess for KubeApi {
@@ -74,6 +97,25 @@ impl ApiAccess for KubeApi {
         })
     }
 
+    fn check_unit_create<'a>(
+        &'a self,
+        unit: &'a QueueUnit,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        let namespace = unit.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<QueueUnit> = Api::namespaced(self.client.clone(), &namespace);
+        Box::pin(async move {
+            let params = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            match api.create(&params, unit).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
     fn get_unit<'a>(
         &'a self,
         namespace: &'a str,
@@ -81,6 +123,24 @@ impl ApiAccess for KubeApi {
     ) -> BoxFuture<'a, Result<Option<QueueUnit>, kube::Error>> {
         let api: Api<QueueUnit> = Api::namespaced(self.client.clone(), namespace);
         Box::pin(async move { api.get_opt(name).await })
+    }
+
+    fn get_job<'a>(
+        &'a self,
+        kind: &'static JobKind,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+        Box::pin(async move {
+            match api.get_opt(name).await? {
+                Some(object) => serde_json::to_value(object)
+                    .map(Some)
+                    .map_err(kube::Error::SerdeError),
+                None => Ok(None),
+            }
+        })
     }
 
     fn namespace_default_queue<'a>(
@@ -103,10 +163,8 @@ impl ApiAccess for KubeApi {
             let found = api
                 .list_metadata(&ListParams::default().fields(&format!("metadata.name={name}")))
                 .await?;
-            Ok(found.items.into_iter().next().map(|quota| QuotaInfo {
-                name: name.to_string(),
-                is_parent: crate::caches::is_parent(&quota),
-            }))
+            let (winners, _) = elastic_quota::winners(found.items.iter(), |q| &q.metadata);
+            Ok(winners.get(name).map(|q| crate::caches::quota_info(q)))
         })
     }
 }

@@ -64,6 +64,23 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_SCHEDULER_GROUPS", value_delimiter = ',')]
     pub scheduler_groups: Vec<String>,
 
+    /// Koordinator's looser rule: a job may name an ElasticQuota of any
+    /// namespace. Off: a quota serves its own namespace and those its
+    /// annotation `quota.scheduling.koordinator.sh/namespaces` lists.
+    #[arg(long, env = "KQ_WEBHOOK_ALLOW_CROSS_NAMESPACE_QUOTA")]
+    pub allow_cross_namespace_quota: bool,
+
+    /// CA bundle (PEM) the API server's client certificate must be signed
+    /// by (AdmissionConfiguration `kubeConfigFile`). Set: connections without
+    /// such a certificate are refused in the TLS handshake. Re-read with the
+    /// serving certificate.
+    #[arg(long, env = "KQ_WEBHOOK_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Reviews in flight at most; further ones are answered 429 at once.
+    #[arg(long, env = "KQ_WEBHOOK_MAX_CONCURRENT_REVIEWS", default_value_t = 512)]
+    pub max_concurrent_reviews: usize,
+
     /// Largest accepted request body.
     #[arg(long, env = "KQ_WEBHOOK_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -83,10 +100,9 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_MAX_CONCURRENT_CREATES", default_value_t = 32)]
     pub max_concurrent_creates: usize,
 
-    /// QueueUnits of answered jobs waiting to be created at most. While
-    /// creates succeed, a held job's unit is created right after the answer;
-    /// with a full backlog (or after a failed create) reviews create the unit
-    /// themselves and refuse the job if that fails.
+    /// QueueUnits of answered jobs waiting to be created at most (each is
+    /// created once its job is stored); with a full backlog jobs are refused
+    /// until it drains.
     #[arg(long, env = "KQ_WEBHOOK_UNIT_BACKLOG", default_value_t = 10_000)]
     pub unit_backlog: usize,
 

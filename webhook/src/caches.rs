@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use koord_queue_api::{ElasticQuota, keys};
+use koord_queue_api::{ElasticQuota, elastic_quota, keys};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -126,13 +126,14 @@ impl ClusterView for Caches {
     }
 
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
-        let quota = self
+        let same_name: Vec<_> = self
             .quotas
-            .find(|q| q.metadata.name.as_deref() == Some(name))?;
-        Some(QuotaInfo {
-            name: name.to_string(),
-            is_parent: is_parent(&quota),
-        })
+            .state()
+            .into_iter()
+            .filter(|q| q.metadata.name.as_deref() == Some(name))
+            .collect();
+        let (winners, _) = elastic_quota::winners(same_name.iter(), |q| &q.metadata);
+        winners.get(name).map(|q| quota_info(q))
     }
 
     fn leaf_quotas(&self) -> Vec<String> {
@@ -158,6 +159,20 @@ impl ClusterView for Caches {
         self.priority_classes
             .find(|pc| pc.global_default == Some(true))
             .map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value))
+    }
+}
+
+/// The mapping's view of `quota`.
+pub(crate) fn quota_info(quota: &PartialObjectMeta<ElasticQuota>) -> QuotaInfo {
+    let (serves, error) = elastic_quota::served_namespaces(&quota.metadata);
+    if let Some(error) = error {
+        tracing::debug!(quota = quota.metadata.name.as_deref().unwrap_or(""), %error, "ElasticQuota serves only its own namespace");
+    }
+    QuotaInfo {
+        name: quota.metadata.name.clone().unwrap_or_default(),
+        namespace: quota.metadata.namespace.clone().unwrap_or_default(),
+        is_parent: is_parent(quota),
+        serves,
     }
 }
 

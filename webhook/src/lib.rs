@@ -10,11 +10,15 @@ mod admit;
 mod api_access;
 mod args;
 mod caches;
+mod mapping;
 mod metrics;
+mod ownership;
 mod policy;
 mod server;
 mod service;
+mod stored_unit;
 mod unit_creator;
+mod update;
 mod view;
 
 use std::net::SocketAddr;
@@ -113,6 +117,9 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         default_queue,
         scheduler_user,
         scheduler_groups,
+        allow_cross_namespace_quota,
+        client_ca_file,
+        max_concurrent_reviews,
         max_body_bytes,
         review_timeout,
         header_timeout,
@@ -135,9 +142,10 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         );
     }
 
-    let (reloader, tls) = CertReloader::load(CertPaths::in_dir(&tls_dir)).map_err(|e| {
+    let paths = CertPaths::in_dir(&tls_dir).with_client_ca(client_ca_file);
+    let (reloader, tls) = CertReloader::load(paths).map_err(|e| {
         anyhow::anyhow!(
-            "cannot load the serving certificate from {}: {e}",
+            "cannot load the serving certificate from {} (or the client CA): {e}",
             tls_dir.display()
         )
     })?;
@@ -163,9 +171,11 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
     })];
 
     let caches = Caches::start(client.clone());
+    let view: Arc<dyn ClusterView> = Arc::new(caches.clone());
     let api: Arc<dyn ApiAccess> = Arc::new(KubeApi::new(client));
     let units = UnitCreator::start(
         api.clone(),
+        view.clone(),
         metrics.clone(),
         CreatorConfig {
             backlog: unit_backlog,
@@ -178,8 +188,9 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
             default_queue,
             scheduler_user,
             scheduler_groups,
+            allow_cross_namespace_quota,
         },
-        view: Arc::new(caches.clone()),
+        view,
         api,
         metrics,
         units,
@@ -207,7 +218,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
 
     let handle = axum_server::Handle::new();
     tracing::info!(%listen_addr, %admin_addr, "serving admission reviews");
-    let app = router(webhook.clone(), max_body_bytes);
+    let app = router(webhook.clone(), max_body_bytes, max_concurrent_reviews);
     let serving = tokio::spawn(serve_tls(
         listener,
         rustls,

@@ -18,6 +18,37 @@ pub struct ReviewLabels {
     pub verdict: String,
 }
 
+impl ReviewLabels {
+    /// Labels of a review whose request names `kind` and `operation`: only
+    /// known values become label values (`other` for the rest), so forged
+    /// reviews cannot grow the number of series.
+    pub fn bounded(kind: &str, operation: &str, verdict: &'static str) -> Self {
+        let kind = koord_queue_api::jobs::all()
+            .iter()
+            .map(|a| a.kind().kind)
+            .chain(["Scale"])
+            .find(|k| *k == kind)
+            .unwrap_or("other");
+        let operation = ["CREATE", "UPDATE", "DELETE", "CONNECT"]
+            .into_iter()
+            .find(|o| *o == operation)
+            .unwrap_or("other");
+        Self {
+            kind: kind.to_string(),
+            operation: operation.to_string(),
+            verdict: verdict.to_string(),
+        }
+    }
+}
+
+/// Labels of a unit the webhook did not create although a review asked.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    /// job-missing (the job never appeared in the API), job-names-another-unit
+    /// (a forged or stale review).
+    pub reason: String,
+}
+
 /// Labels of a failed QueueUnit create.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CreateErrorLabels {
@@ -38,6 +69,10 @@ pub struct Metrics {
     pub unit_create_errors: Family<CreateErrorLabels, Counter>,
     /// QueueUnits whose job has been answered and that are not created yet.
     pub unit_backlog: Gauge,
+    /// Units a review asked for and that were not created, by reason.
+    pub units_not_created: Family<SkipLabels, Counter>,
+    /// Reviews refused with 429 because too many were in flight.
+    pub reviews_shed: Counter,
 }
 
 impl Metrics {
@@ -51,6 +86,8 @@ impl Metrics {
             }),
             unit_create_errors: Family::default(),
             unit_backlog: Gauge::default(),
+            units_not_created: Family::default(),
+            reviews_shed: Counter::default(),
         };
         let registry = registry.sub_registry_with_prefix("koord_queue_webhook");
         registry.register(
@@ -72,6 +109,16 @@ impl Metrics {
             "queue_unit_backlog",
             "QueueUnits of answered jobs not created yet",
             metrics.unit_backlog.clone(),
+        );
+        registry.register(
+            "queue_units_not_created",
+            "QueueUnits a review asked for that were not created: the job never appeared, or names another unit (forged or stale reviews)",
+            metrics.units_not_created.clone(),
+        );
+        registry.register(
+            "reviews_shed",
+            "Reviews answered 429 because too many were in flight",
+            metrics.reviews_shed.clone(),
         );
         metrics
     }

@@ -6,7 +6,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 
 /// Which kinds are queued, the fallback queue, and who the scheduler is.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Policy {
     /// Extension keys of the enabled kinds (`batchjob`, `tf`, …).
     pub enabled_kinds: BTreeSet<String>,
@@ -16,6 +16,9 @@ pub struct Policy {
     pub scheduler_user: String,
     /// Groups whose members count as the scheduler.
     pub scheduler_groups: Vec<String>,
+    /// Koordinator's looser rule: a job may name any quota, whatever its
+    /// namespace. Off by default (docs/security.md).
+    pub allow_cross_namespace_quota: bool,
 }
 
 impl Policy {

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use koord_queue_certs::CertReloader;
+use tokio::sync::Semaphore;
 
 use crate::service::Webhook;
 
@@ -20,15 +21,19 @@ use crate::service::Webhook;
 struct RouterState {
     webhook: Arc<Webhook>,
     max_body_bytes: usize,
+    /// One permit per review in flight.
+    in_flight: Arc<Semaphore>,
 }
 
-/// The admission routes: `POST /mutate`.
-pub fn router(webhook: Arc<Webhook>, max_body_bytes: usize) -> Router {
+/// The admission routes: `POST /mutate`, at most `max_concurrent` reviews in
+/// flight (more are answered 429 at once, not queued).
+pub fn router(webhook: Arc<Webhook>, max_body_bytes: usize, max_concurrent: usize) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .with_state(RouterState {
             webhook,
             max_body_bytes,
+            in_flight: Arc::new(Semaphore::new(max_concurrent.max(1))),
         })
 }
 
@@ -37,6 +42,13 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 async fn mutate(State(state): State<RouterState>, request: Request) -> Response {
+    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
+        state.webhook.metrics.reviews_shed.inc();
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many admission reviews in flight; retry".into(),
+        );
+    };
     let timeout = state.webhook.review_timeout;
     let body: Body = request.into_body();
     let bytes =

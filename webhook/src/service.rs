@@ -16,6 +16,7 @@ use tracing::{Instrument, field};
 use crate::admit::{self, RequestObjects, Verdict};
 use crate::api_access::ApiAccess;
 use crate::metrics::{Metrics, ReviewLabels};
+use crate::ownership::{self, NotProven};
 use crate::policy::Policy;
 use crate::unit_creator::UnitCreator;
 use crate::view::{ClusterView, QuotaInfo};
@@ -191,11 +192,7 @@ impl Webhook {
             "denied" | "error" => tracing::info!("review answered"),
             _ => tracing::debug!("review answered"),
         }
-        let labels = ReviewLabels {
-            kind: kind_label,
-            operation: operation_label,
-            verdict: verdict.to_string(),
-        };
+        let labels = ReviewLabels::bounded(&kind_label, &operation_label, verdict);
         self.metrics.reviews.get_or_create(&labels).inc();
         self.metrics
             .review_duration
@@ -222,11 +219,57 @@ impl Webhook {
             None => admit::decide(request, objects, self.view.as_ref(), &self.policy),
         };
         match verdict {
+            Verdict::CheckChild { claim, fallback } => {
+                match ownership::prove(self.api.as_ref(), &claim).await {
+                    Ok(()) => (allow, "allowed"),
+                    Err(NotProven::Unverifiable(e)) => (
+                        allow.deny(format!(
+                            "cannot verify that {} {}/{} is a child of {} {}: {e}; retry",
+                            claim.kind.kind,
+                            claim.namespace,
+                            claim.name,
+                            claim.owner.adapter.kind().kind,
+                            claim.owner.name
+                        )),
+                        "error",
+                    ),
+                    Err(NotProven::Refuted(reason)) => match *fallback {
+                        Verdict::Deny(message) => {
+                            (allow.deny(format!("{message}: {reason}")), "denied")
+                        }
+                        other => {
+                            let (mut response, verdict) = self.apply(request, other).await;
+                            if response.allowed {
+                                response.warnings = Some(vec![format!(
+                                    "queued as a job of its own, not as its owner's child: {reason}"
+                                )]);
+                            }
+                            (response, verdict)
+                        }
+                    },
+                }
+            }
+            other => self.apply(request, other).await,
+        }
+    }
+
+    /// The response to a verdict that needs no owner proof.
+    async fn apply(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        verdict: Verdict,
+    ) -> (AdmissionResponse, &'static str) {
+        let allow = AdmissionResponse::from(request);
+        match verdict {
             Verdict::Allow => (allow, "allowed"),
             Verdict::Deny(message) => (allow.deny(message), "denied"),
-            Verdict::Hold { patch, unit } => {
+            Verdict::Hold {
+                patch,
+                unit,
+                adapter,
+            } => {
                 if !request.dry_run
-                    && let Err(message) = self.units.create(*unit).await
+                    && let Err(message) = self.units.create(adapter, &unit).await
                 {
                     return (allow.deny(message), "denied");
                 }
@@ -244,7 +287,15 @@ impl Webhook {
                 job,
                 unit,
             } => match self.api.get_unit(&namespace, &unit).await {
-                Ok(Some(u)) if is_released(&u) => (allow, "allowed"),
+                Ok(Some(u)) if holds_quota_now(&u) => (allow, "allowed"),
+                Ok(Some(u)) if is_finished(&u) => (
+                    allow.deny(format!(
+                        "job {namespace}/{job} has finished (QueueUnit {unit} is {}): running it again \
+                         needs a new job and a new QueueUnit",
+                        u.status.as_ref().and_then(|s| s.phase).map(|p| p.to_string()).unwrap_or_default()
+                    )),
+                    "denied",
+                ),
                 Ok(Some(u)) => (allow.deny(waiting_message(&job, &u)), "denied"),
                 Ok(None) => (
                     allow.deny(format!(
@@ -258,6 +309,36 @@ impl Webhook {
                     "error",
                 ),
             },
+            Verdict::CheckScale {
+                adapter,
+                namespace,
+                name,
+                replicas: (from, to),
+            } => {
+                let kind = adapter.kind().kind;
+                match self.api.get_job(adapter.kind(), &namespace, &name).await {
+                    Ok(Some(job))
+                        if koord_queue_api::jobs::annotation(&job, keys::QUEUE_UNIT_ANNOTATION).is_some()
+                            || ownership::managed_controller(&job).is_some() =>
+                    {
+                        (
+                            allow.deny(format!(
+                                "{kind} {namespace}/{name} cannot be scaled from {from} to {to} replicas: \
+                                 it is queued and the size of a queued job is fixed; delete it and create \
+                                 it again to resize"
+                            )),
+                            "denied",
+                        )
+                    }
+                    Ok(_) => (allow, "allowed"),
+                    Err(e) => (
+                        allow.deny(format!("cannot read {kind} {namespace}/{name}: {e}")),
+                        "error",
+                    ),
+                }
+            }
+            // Handled by the caller; a nested claim is not produced.
+            Verdict::CheckChild { .. } => (allow.deny("unexpected nested ownership check"), "error"),
         }
     }
 
@@ -306,11 +387,20 @@ impl Webhook {
     }
 }
 
-fn is_released(unit: &QueueUnit) -> bool {
+/// Whether the unit holds quota for a released job now: only then may the
+/// job's hold be lifted.
+fn holds_quota_now(unit: &QueueUnit) -> bool {
     unit.status
         .as_ref()
         .and_then(|s| s.phase)
-        .is_some_and(|p| p.is_released() || p.is_finished())
+        .is_some_and(|p| p.is_released())
+}
+
+fn is_finished(unit: &QueueUnit) -> bool {
+    unit.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p.is_finished())
 }
 
 fn waiting_message(job: &str, unit: &QueueUnit) -> String {

@@ -1,19 +1,24 @@
-//! Creating a held job's QueueUnit, after the review is answered when that
-//! is safe (design §6).
+//! Creating a held job's QueueUnit once the job is stored (design §6,
+//! docs/security.md "Forged reviews do nothing").
 //!
-//! Creating the unit inside the review puts a second API write — a request
-//! nested inside the user's open job create — on the path of every job:
-//! measured, job creates took 2.5× as long as without the webhook. The hold
-//! patch alone already keeps the job from running unqueued; what must never
-//! happen is a held job that nobody queues, or a job admitted although its
-//! unit cannot be created. So:
+//! A review is only a claim: whatever reaches the webhook port could be
+//! forged. So a unit is created only after the job has been read back from
+//! the API — it exists, and it names this unit in `koord-queue/queue-unit`
+//! (which only the webhook's own patch of a real create sets) — and it is
+//! built from that stored job, never from the review's content. It is
+//! created owned by the job (its uid is known now), as the scheduler's
+//! adoption would make it.
+//!
+//! Creating the unit inside the review would also put a nested API write on
+//! the path of every job create (measured: 2.5× slower creates), so:
 //! - **Healthy:** the unit goes to a bounded backlog and is created right
 //!   after the answer, by at most `max_in_flight` concurrent calls, retried
 //!   with backoff on errors.
-//! - **Degraded** (the last create failed, or the backlog is full): the unit
-//!   is created inside the review and the job is refused with the API's
-//!   reason if that fails — fail closed. The first success makes it healthy
-//!   again.
+//! - **Degraded** (the last create failed): the review asks the API server
+//!   whether the unit could be created (`dryRun`) and refuses the job with
+//!   the API's reason if not — fail closed. A success makes it healthy again.
+//! - **Full backlog:** the job is refused ("busy; retry") rather than queued
+//!   without end.
 //! - **Lost backlog** (the process killed before its backlog was created;
 //!   on SIGTERM it is drained): the scheduler creates the unit of a held job
 //!   whose unit does not appear (design §4.6).
@@ -23,53 +28,70 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use koord_queue_api::QueueUnit;
+use koord_queue_api::jobs::{self, JobAdapter};
+use koord_queue_api::keys;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::api_access::{ApiAccess, Created};
-use crate::metrics::{CreateErrorLabels, Metrics};
+use crate::metrics::{CreateErrorLabels, Metrics, SkipLabels};
+use crate::view::ClusterView;
 
 /// Tuning of a [`UnitCreator`].
 #[derive(Clone, Copy, Debug)]
 pub struct CreatorConfig {
-    /// Creates in flight at most (inside reviews and after them together).
+    /// API calls in flight at most (inside reviews and after them together).
     pub max_in_flight: usize,
     /// Units waiting to be created after their answer at most; beyond it,
-    /// reviews create their unit themselves (back-pressure on job creates).
+    /// jobs are refused until the backlog drains (back-pressure).
     pub backlog: usize,
-    /// First retry delay of a failed create after the answer; it doubles.
+    /// First retry delay of a failed call after the answer; it doubles.
     pub first_retry: Duration,
     /// Longest retry delay.
     pub max_retry: Duration,
-    /// How long a create after the answer is retried before it is left to
+    /// How long after the answer a create is retried before it is left to
     /// the scheduler's repair.
     pub give_up_after: Duration,
-    /// How long after the answer a create starts at the earliest. The
+    /// How long the job may take to appear in the API after the answer; a
+    /// job that does not (refused by a later admission step, or a forged
+    /// review) gets no unit.
+    pub job_wait: Duration,
+    /// How long after the answer the first read starts at the earliest. The
     /// answered job is still being validated and stored by the API server;
-    /// a unit create started at once competes with it for the same API
-    /// server and etcd, and the job create a user waits for gets slower.
+    /// a call started at once competes with it for the same API server and
+    /// etcd, and the job create a user waits for gets slower.
     pub linger: Duration,
 }
 
 impl CreatorConfig {
-    /// Defaults for `max_in_flight` concurrent creates.
+    /// Defaults for `max_in_flight` concurrent calls.
     pub fn new(max_in_flight: usize) -> Self {
         Self {
             max_in_flight: max_in_flight.max(1),
             backlog: 10_000,
-            first_retry: Duration::from_millis(100),
-            max_retry: Duration::from_secs(5),
+            first_retry: Duration::from_millis(50),
+            max_retry: Duration::from_secs(2),
             give_up_after: Duration::from_secs(120),
+            job_wait: Duration::from_secs(10),
             linger: Duration::from_millis(10),
         }
     }
 }
 
+/// The unit a review asked for: only names, the content comes from the
+/// stored job.
+#[derive(Debug)]
+struct Pending {
+    adapter: &'static dyn JobAdapter,
+    namespace: String,
+    job: String,
+    unit: String,
+    answered: Instant,
+}
+
 /// Why a create failed.
 #[derive(Debug)]
 struct CreateError {
-    /// Metric label: `api` or `conflict`.
-    reason: &'static str,
     /// What the user (or the log) is told.
     message: String,
     /// Whether trying again can help.
@@ -79,9 +101,10 @@ struct CreateError {
 /// State shared by the reviews and the background creates.
 struct Shared {
     api: Arc<dyn ApiAccess>,
+    view: Arc<dyn ClusterView>,
     metrics: Metrics,
     slots: Semaphore,
-    /// False after a failed create, until one succeeds.
+    /// False after a failed call, until one succeeds.
     healthy: AtomicBool,
     config: CreatorConfig,
 }
@@ -90,7 +113,7 @@ struct Shared {
 pub struct UnitCreator {
     shared: Arc<Shared>,
     /// The backlog; `None` once draining.
-    backlog: Mutex<Option<mpsc::Sender<(Instant, QueueUnit)>>>,
+    backlog: Mutex<Option<mpsc::Sender<Pending>>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -105,9 +128,15 @@ impl std::fmt::Debug for UnitCreator {
 
 impl UnitCreator {
     /// Starts the background creates on the current runtime.
-    pub fn start(api: Arc<dyn ApiAccess>, metrics: Metrics, config: CreatorConfig) -> Self {
+    pub fn start(
+        api: Arc<dyn ApiAccess>,
+        view: Arc<dyn ClusterView>,
+        metrics: Metrics,
+        config: CreatorConfig,
+    ) -> Self {
         let shared = Arc::new(Shared {
             api,
+            view,
             metrics,
             slots: Semaphore::new(config.max_in_flight.max(1)),
             healthy: AtomicBool::new(true),
@@ -122,34 +151,53 @@ impl UnitCreator {
         }
     }
 
-    /// Sees that `unit` gets created: handed to the backlog when creates
-    /// are succeeding (`Ok` at once), else created now (`Err` with the
-    /// reason to refuse the job with when that fails).
-    pub async fn create(&self, unit: QueueUnit) -> Result<(), String> {
-        let mut unit = unit;
-        if self.shared.healthy.load(Ordering::Acquire) {
-            let sender = self.backlog.lock().ok().and_then(|tx| tx.clone());
-            if let Some(sender) = sender {
-                match sender.try_send((Instant::now(), unit)) {
-                    Ok(()) => {
-                        self.shared.metrics.unit_backlog.inc();
-                        return Ok(());
-                    }
-                    Err(
-                        mpsc::error::TrySendError::Full((_, u))
-                        | mpsc::error::TrySendError::Closed((_, u)),
-                    ) => {
-                        unit = u;
-                    }
+    /// Sees that `unit` (as the review describes it) gets created once its
+    /// job is stored. `Err` is the reason to refuse the job with: the API
+    /// would not take the unit (degraded), the backlog is full, or the
+    /// webhook is shutting down.
+    pub async fn create(
+        &self,
+        adapter: &'static dyn JobAdapter,
+        unit: &QueueUnit,
+    ) -> Result<(), String> {
+        if !self.shared.healthy.load(Ordering::Acquire) {
+            let Ok(_slot) = self.shared.slots.acquire().await else {
+                return Err("the webhook is shutting down; retry".into());
+            };
+            match self.shared.api.check_unit_create(unit).await {
+                Ok(()) => self.shared.healthy.store(true, Ordering::Release),
+                Err(e) => {
+                    self.shared.count_error("api");
+                    return Err(format!(
+                        "cannot queue the job: the API server would not create QueueUnit {}: {e}",
+                        describe(unit)
+                    ));
                 }
             }
         }
-        let Ok(_slot) = self.shared.slots.acquire().await else {
+        let pending = Pending {
+            adapter,
+            namespace: unit.metadata.namespace.clone().unwrap_or_default(),
+            job: unit.spec.consumer_ref.name.clone().unwrap_or_default(),
+            unit: unit.metadata.name.clone().unwrap_or_default(),
+            answered: Instant::now(),
+        };
+        let sender = self.backlog.lock().ok().and_then(|tx| tx.clone());
+        let Some(sender) = sender else {
             return Err("the webhook is shutting down; retry".into());
         };
-        match self.shared.create_once(&unit).await {
-            Ok(()) => Ok(()),
-            Err(error) => Err(error.message),
+        match sender.try_send(pending) {
+            Ok(()) => {
+                self.shared.metrics.unit_backlog.inc();
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(format!(
+                "Koord-Queue's webhook is busy: {} QueueUnits wait to be created; retry",
+                self.shared.config.backlog
+            )),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Err("the webhook is shutting down; retry".into())
+            }
         }
     }
 
@@ -185,97 +233,175 @@ impl UnitCreator {
     }
 }
 
+fn describe(unit: &QueueUnit) -> String {
+    format!(
+        "{}/{}",
+        unit.metadata.namespace.as_deref().unwrap_or(""),
+        unit.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
 /// Takes units from the backlog and creates each in its own task, at most
-/// `max_in_flight` at a time; returns once the backlog is closed and done.
-async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<(Instant, QueueUnit)>) {
+/// `max_in_flight` calls at a time; returns once the backlog is closed and done.
+async fn dispatch(shared: Arc<Shared>, mut rx: mpsc::Receiver<Pending>) {
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some((answered, unit)) = rx.recv().await {
+    while let Some(pending) = rx.recv().await {
         // Reap finished tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
         let shared = shared.clone();
         tasks.spawn(async move {
-            tokio::time::sleep_until((answered + shared.config.linger).into()).await;
-            shared.create_with_retries(unit).await;
+            tokio::time::sleep_until((pending.answered + shared.config.linger).into()).await;
+            shared.create_for_stored_job(&pending).await;
             shared.metrics.unit_backlog.dec();
         });
     }
     while tasks.join_next().await.is_some() {}
 }
 
+/// What one attempt came to.
+enum Attempt {
+    Done,
+    /// The job is not (yet) in the API.
+    NoJob,
+    /// The job exists and names another unit: a forged or stale review.
+    NotNamed,
+    Failed(CreateError),
+}
+
 impl Shared {
-    /// One create; success makes the creator healthy, failure degraded.
-    async fn create_once(&self, unit: &QueueUnit) -> Result<(), CreateError> {
-        let result = self.try_create(unit).await;
-        match &result {
-            Ok(()) => self.healthy.store(true, Ordering::Release),
-            Err(error) => {
-                self.healthy.store(false, Ordering::Release);
-                self.metrics
-                    .unit_create_errors
-                    .get_or_create(&CreateErrorLabels {
-                        reason: error.reason.to_string(),
-                    })
-                    .inc();
-            }
-        }
-        result
+    fn count_error(&self, reason: &str) {
+        self.healthy.store(false, Ordering::Release);
+        self.metrics
+            .unit_create_errors
+            .get_or_create(&CreateErrorLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
-    async fn try_create(&self, unit: &QueueUnit) -> Result<(), CreateError> {
-        let name = format!(
-            "{}/{}",
-            unit.metadata.namespace.as_deref().unwrap_or(""),
-            unit.metadata.name.as_deref().unwrap_or("")
-        );
-        match self.api.create_unit(unit).await {
-            Ok(Created::New) => Ok(()),
-            // A retried admission call, or our own earlier attempt.
-            Ok(Created::Existing(existing))
-                if existing.spec.consumer_ref == unit.spec.consumer_ref =>
-            {
-                Ok(())
-            }
-            Ok(Created::Existing(_)) => Err(CreateError {
-                reason: "conflict",
-                message: format!(
-                    "cannot queue the job: QueueUnit {name} exists and belongs to another job"
-                ),
-                retryable: false,
-            }),
-            Err(e) => Err(CreateError {
-                reason: "api",
-                retryable: retryable(&e),
-                message: format!("cannot queue the job: creating QueueUnit {name} failed: {e}"),
-            }),
-        }
+    fn count_skip(&self, reason: &str) {
+        self.metrics
+            .units_not_created
+            .get_or_create(&SkipLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
-    /// Creates a unit whose job has been answered already: retried with
-    /// backoff until it succeeds, fails for good, or `give_up_after` passes.
-    async fn create_with_retries(&self, unit: QueueUnit) {
-        let started = Instant::now();
+    /// Reads the job and creates its unit from what is stored; retried with
+    /// backoff while the job has not appeared (up to `job_wait`) or the API
+    /// fails (up to `give_up_after`).
+    async fn create_for_stored_job(&self, pending: &Pending) {
         let mut delay = self.config.first_retry;
         loop {
-            let result = {
+            let attempt = {
                 let Ok(_slot) = self.slots.acquire().await else {
                     return;
                 };
-                self.create_once(&unit).await
+                self.attempt(pending).await
             };
-            let error = match result {
-                Ok(()) => return,
-                Err(error) => error,
-            };
-            if !error.retryable || started.elapsed() + delay > self.config.give_up_after {
-                tracing::error!(
-                    error = %error.message,
-                    "QueueUnit not created; its job stays held until the scheduler creates it"
-                );
-                return;
+            let waited = pending.answered.elapsed() + delay;
+            match attempt {
+                Attempt::Done => return,
+                Attempt::NotNamed => {
+                    self.count_skip("job-names-another-unit");
+                    tracing::debug!(
+                        namespace = %pending.namespace, job = %pending.job, unit = %pending.unit,
+                        "the job names another QueueUnit; none created"
+                    );
+                    return;
+                }
+                Attempt::NoJob if waited > self.config.job_wait => {
+                    self.count_skip("job-missing");
+                    tracing::debug!(
+                        namespace = %pending.namespace, job = %pending.job,
+                        "the job did not appear; no QueueUnit created"
+                    );
+                    return;
+                }
+                Attempt::NoJob => {}
+                Attempt::Failed(error) => {
+                    if !error.retryable || waited > self.config.give_up_after {
+                        tracing::error!(
+                            error = %error.message,
+                            "QueueUnit not created; its job stays held until the scheduler creates it"
+                        );
+                        return;
+                    }
+                    tracing::warn!(error = %error.message, retry_in = ?delay, "QueueUnit create failed; retrying");
+                }
             }
-            tracing::warn!(error = %error.message, retry_in = ?delay, "QueueUnit create failed; retrying");
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(self.config.max_retry);
+        }
+    }
+
+    async fn attempt(&self, pending: &Pending) -> Attempt {
+        let name = format!("{}/{}", pending.namespace, pending.unit);
+        let api_error = |e: kube::Error, what: &str| CreateError {
+            retryable: retryable(&e),
+            message: format!(
+                "cannot queue job {}/{}: {what}: {e}",
+                pending.namespace, pending.job
+            ),
+        };
+        let stored = match self
+            .api
+            .get_job(pending.adapter.kind(), &pending.namespace, &pending.job)
+            .await
+        {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return Attempt::NoJob,
+            Err(e) => {
+                self.count_error("api");
+                return Attempt::Failed(api_error(e, "reading the job failed"));
+            }
+        };
+        if jobs::annotation(&stored, keys::QUEUE_UNIT_ANNOTATION) != Some(pending.unit.as_str()) {
+            return Attempt::NotNamed;
+        }
+        let unit = match crate::stored_unit::build(
+            pending.adapter,
+            &stored,
+            &pending.unit,
+            self.view.as_ref(),
+        ) {
+            Ok(unit) => unit,
+            Err(message) => {
+                return Attempt::Failed(CreateError {
+                    retryable: false,
+                    message: format!(
+                        "cannot queue job {}/{}: {message}",
+                        pending.namespace, pending.job
+                    ),
+                });
+            }
+        };
+        match self.api.create_unit(&unit).await {
+            Ok(Created::New) => {
+                self.healthy.store(true, Ordering::Release);
+                Attempt::Done
+            }
+            // A retried admission call, or our own earlier attempt.
+            Ok(Created::Existing(existing))
+                if existing.spec.consumer_ref.name == unit.spec.consumer_ref.name
+                    && existing.spec.consumer_ref.kind == unit.spec.consumer_ref.kind =>
+            {
+                Attempt::Done
+            }
+            Ok(Created::Existing(_)) => {
+                self.count_error("conflict");
+                Attempt::Failed(CreateError {
+                    message: format!(
+                        "cannot queue the job: QueueUnit {name} exists and belongs to another job"
+                    ),
+                    retryable: false,
+                })
+            }
+            Err(e) => {
+                self.count_error("api");
+                Attempt::Failed(api_error(e, &format!("creating QueueUnit {name} failed")))
+            }
         }
     }
 }
@@ -297,19 +423,58 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     use futures::future::BoxFuture;
+    use koord_queue_api::jobs::JobKind;
     use kube::core::Status;
+    use serde_json::{Value, json};
     use tokio::sync::Notify;
 
     use super::*;
+    use crate::view::QuotaInfo;
 
     /// An API whose creates wait for `gate` (when set) and fail while
-    /// `failing` is nonzero (that many times).
+    /// `failing` is nonzero (that many times); jobs are those in `jobs`.
     #[derive(Default)]
     struct ScriptedApi {
         units: Mutex<BTreeMap<String, QueueUnit>>,
+        jobs: Mutex<BTreeMap<String, Value>>,
         gate: Option<Arc<Notify>>,
         failing: AtomicU32,
         status: u16,
+        dry_runs: AtomicU32,
+    }
+
+    impl ScriptedApi {
+        fn fail(&self) -> Option<kube::Error> {
+            self.failing
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+                .then(|| {
+                    kube::Error::Api(
+                        Status::failure("etcd is down", "InternalError")
+                            .with_code(self.status)
+                            .boxed(),
+                    )
+                })
+        }
+
+        /// Stores job `name` (held, naming unit `name`) as the API server would.
+        fn store(&self, name: &str) {
+            self.store_naming(name, name);
+        }
+
+        fn store_naming(&self, name: &str, unit: &str) {
+            self.jobs.lock().unwrap().insert(
+                name.into(),
+                json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                        "labels": {"quota.scheduling.koordinator.sh/name": "q"},
+                        "annotations": {"koord-queue/queue-unit": unit, "koord-queue/queue": "q"}},
+                    "spec": {"suspend": true, "parallelism": 2, "template": {"spec": {
+                        "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}},
+                }),
+            );
+        }
     }
 
     impl ApiAccess for ScriptedApi {
@@ -321,16 +486,8 @@ mod tests {
                 if let Some(gate) = &self.gate {
                     gate.notified().await;
                 }
-                if self
-                    .failing
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                    .is_ok()
-                {
-                    return Err(kube::Error::Api(
-                        Status::failure("etcd is down", "InternalError")
-                            .with_code(self.status)
-                            .boxed(),
-                    ));
+                if let Some(e) = self.fail() {
+                    return Err(e);
                 }
                 let name = unit.metadata.name.clone().unwrap_or_default();
                 let mut units = self.units.lock().unwrap();
@@ -343,12 +500,33 @@ mod tests {
                 })
             })
         }
+        fn check_unit_create<'a>(
+            &'a self,
+            _: &'a QueueUnit,
+        ) -> BoxFuture<'a, Result<(), kube::Error>> {
+            Box::pin(async move {
+                self.dry_runs.fetch_add(1, Ordering::AcqRel);
+                match self.fail() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            })
+        }
         fn get_unit<'a>(
             &'a self,
             _: &'a str,
             _: &'a str,
         ) -> BoxFuture<'a, Result<Option<QueueUnit>, kube::Error>> {
             Box::pin(async { Ok(None) })
+        }
+        fn get_job<'a>(
+            &'a self,
+            _: &'static JobKind,
+            _: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+            let job = self.jobs.lock().unwrap().get(name).cloned();
+            Box::pin(async move { Ok(job) })
         }
         fn namespace_default_queue<'a>(
             &'a self,
@@ -359,16 +537,46 @@ mod tests {
         fn quota<'a>(
             &'a self,
             _: &'a str,
-        ) -> BoxFuture<'a, Result<Option<crate::view::QuotaInfo>, kube::Error>> {
+        ) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>> {
             Box::pin(async { Ok(None) })
         }
     }
 
+    struct NoView;
+
+    impl ClusterView for NoView {
+        fn knows_namespace(&self, _: &str) -> bool {
+            true
+        }
+        fn namespace_default_queue(&self, _: &str) -> Option<String> {
+            None
+        }
+        fn quota(&self, _: &str) -> Option<QuotaInfo> {
+            None
+        }
+        fn leaf_quotas(&self) -> Vec<String> {
+            vec![]
+        }
+        fn priority_class_value(&self, _: &str) -> Option<i32> {
+            None
+        }
+        fn global_default_priority(&self) -> Option<(String, i32)> {
+            None
+        }
+    }
+
+    /// The unit a review describes: forged content (no pods, priority 9).
     fn unit(name: &str) -> QueueUnit {
         let mut unit = QueueUnit::new(name, Default::default());
         unit.metadata.namespace = Some("ns".into());
         unit.spec.consumer_ref.name = Some(name.into());
+        unit.spec.consumer_ref.kind = Some("Job".into());
+        unit.spec.priority = Some(9);
         unit
+    }
+
+    fn job_adapter() -> &'static dyn JobAdapter {
+        jobs::for_kind("batch", "Job").unwrap()
     }
 
     fn creator(api: Arc<ScriptedApi>, backlog: usize) -> (UnitCreator, Metrics) {
@@ -378,59 +586,94 @@ mod tests {
             first_retry: Duration::from_millis(1),
             max_retry: Duration::from_millis(5),
             give_up_after: Duration::from_secs(5),
+            job_wait: Duration::from_millis(200),
             ..CreatorConfig::new(4)
         };
-        (UnitCreator::start(api, metrics.clone(), config), metrics)
+        let view: Arc<dyn ClusterView> = Arc::new(NoView);
+        (
+            UnitCreator::start(api, view, metrics.clone(), config),
+            metrics,
+        )
     }
 
     #[tokio::test]
-    async fn healthy_creates_happen_after_the_answer() {
+    async fn units_are_created_after_the_answer_from_the_stored_job() {
         let gate = Arc::new(Notify::new());
         let api = Arc::new(ScriptedApi {
             gate: Some(gate.clone()),
             ..Default::default()
         });
         let (creator, _) = creator(api.clone(), 16);
-        // Answered while the API call has not even completed.
-        creator.create(unit("a")).await.unwrap();
-        assert!(api.units.lock().unwrap().is_empty());
+        // Answered before the job is even stored.
+        creator.create(job_adapter(), &unit("a")).await.unwrap();
+        api.store("a");
         gate.notify_one();
         creator.idle().await;
-        assert!(api.units.lock().unwrap().contains_key("a"));
+        let units = api.units.lock().unwrap();
+        let created = &units["a"];
+        // The stored job's content, not the review's.
+        assert_eq!(created.spec.priority, Some(0));
+        assert_eq!(created.spec.resource["cpu"].0, "2");
+        assert_eq!(created.spec.queue, "q");
+        let owner = &created.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Job", "uid-a"));
+        assert_eq!(created.spec.consumer_ref.uid.as_deref(), Some("uid-a"));
     }
 
     #[tokio::test]
-    async fn after_a_failure_reviews_create_themselves_and_refuse_with_the_reason() {
+    async fn forged_reviews_create_nothing() {
+        let api = Arc::new(ScriptedApi::default());
+        let (creator, metrics) = creator(api.clone(), 16);
+        // No such job; and a job that names another unit.
+        api.store_naming("real", "real-own-unit");
+        creator.create(job_adapter(), &unit("ghost")).await.unwrap();
+        creator.create(job_adapter(), &unit("real")).await.unwrap();
+        creator.idle().await;
+        assert!(api.units.lock().unwrap().is_empty());
+        let skipped = |reason: &str| {
+            metrics
+                .units_not_created
+                .get_or_create(&SkipLabels {
+                    reason: reason.into(),
+                })
+                .get()
+        };
+        assert_eq!(skipped("job-missing"), 1);
+        assert_eq!(skipped("job-names-another-unit"), 1);
+    }
+
+    #[tokio::test]
+    async fn after_a_failure_reviews_check_the_api_and_refuse_with_its_reason() {
         let api = Arc::new(ScriptedApi {
             failing: AtomicU32::new(u32::MAX),
             status: 500,
             ..Default::default()
         });
+        api.store("a");
         let (creator, metrics) = creator(api.clone(), 16);
         // Accepted into the backlog; its first attempt fails: degraded.
-        creator.create(unit("a")).await.unwrap();
+        creator.create(job_adapter(), &unit("a")).await.unwrap();
         while creator.shared.healthy.load(Ordering::Acquire) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        // Degraded: the review creates the unit itself and is refused with
-        // the API's reason.
-        let message = creator.create(unit("b")).await.unwrap_err();
+        // Degraded: the review asks the API and is refused with its reason.
+        let message = creator.create(job_adapter(), &unit("b")).await.unwrap_err();
         assert!(message.contains("etcd is down"), "{message}");
         assert!(message.contains("QueueUnit ns/b"), "{message}");
-        // The API recovers: the next review's own create succeeds, which
-        // makes the creator healthy again; the backlog unit is retried.
+        // The API recovers: the next review's check succeeds, which makes
+        // the creator healthy again; the backlog unit is retried.
         api.failing.store(0, Ordering::Release);
-        creator.create(unit("c")).await.unwrap();
-        assert!(api.units.lock().unwrap().contains_key("c"));
+        api.store("c");
+        creator.create(job_adapter(), &unit("c")).await.unwrap();
         assert!(creator.shared.healthy.load(Ordering::Acquire));
-        creator.create(unit("d")).await.unwrap();
         creator.idle().await;
         let units = api.units.lock().unwrap();
         assert_eq!(
             units.keys().cloned().collect::<Vec<_>>(),
-            ["a", "c", "d"],
+            ["a", "c"],
             "the refused job's unit is not created"
         );
+        assert!(api.dry_runs.load(Ordering::Acquire) >= 2);
         let failures = metrics
             .unit_create_errors
             .get_or_create(&CreateErrorLabels {
@@ -441,36 +684,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_backlog_makes_reviews_create_themselves() {
+    async fn a_full_backlog_refuses_jobs_until_it_drains() {
         let gate = Arc::new(Notify::new());
         let api = Arc::new(ScriptedApi {
             gate: Some(gate.clone()),
             ..Default::default()
         });
+        for name in ["a", "b", "c"] {
+            api.store(name);
+        }
         let (creator, metrics) = creator(api.clone(), 1);
-        creator.create(unit("a")).await.unwrap();
+        creator.create(job_adapter(), &unit("a")).await.unwrap();
         // Let the dispatcher take "a" (its create then waits at the gate).
         tokio::time::sleep(Duration::from_millis(20)).await;
-        creator.create(unit("b")).await.unwrap();
-        // The backlog (1) holds at most one waiting unit; a third review
-        // must wait for its own create instead of piling up.
-        let third = creator.create(unit("c"));
-        tokio::pin!(third);
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), &mut third)
-                .await
-                .is_err(),
-            "a review with a full backlog waits for its own create"
-        );
-        for _ in 0..3 {
-            gate.notify_one();
-        }
-        third.await.unwrap();
-        for _ in 0..3 {
+        creator.create(job_adapter(), &unit("b")).await.unwrap();
+        let refused = creator.create(job_adapter(), &unit("c")).await.unwrap_err();
+        assert!(refused.contains("busy"), "{refused}");
+        for _ in 0..2 {
             gate.notify_one();
         }
         creator.idle().await;
-        assert_eq!(api.units.lock().unwrap().len(), 3);
+        assert_eq!(api.units.lock().unwrap().len(), 2);
         assert_eq!(metrics.unit_backlog.get(), 0);
     }
 
@@ -481,23 +715,29 @@ mod tests {
             status: 422,
             ..Default::default()
         });
+        api.store("a");
         let (creator, _) = creator(api.clone(), 16);
-        creator.create(unit("a")).await.unwrap();
+        creator.create(job_adapter(), &unit("a")).await.unwrap();
         creator.idle().await;
         assert_eq!(api.failing.load(Ordering::Acquire), 99, "one attempt only");
     }
 
     #[tokio::test]
-    async fn drain_creates_the_backlog_before_returning() {
+    async fn drain_creates_the_backlog_then_refuses() {
         let api = Arc::new(ScriptedApi::default());
         let (creator, _) = creator(api.clone(), 1000);
         for i in 0..200 {
-            creator.create(unit(&format!("u{i}"))).await.unwrap();
+            let name = format!("u{i}");
+            api.store(&name);
+            creator.create(job_adapter(), &unit(&name)).await.unwrap();
         }
         creator.drain(Duration::from_secs(10)).await;
         assert_eq!(api.units.lock().unwrap().len(), 200);
-        // Draining: reviews now create their unit themselves.
-        creator.create(unit("late")).await.unwrap();
-        assert!(api.units.lock().unwrap().contains_key("late"));
+        // Draining: no unit could be created after the answer any more.
+        let refused = creator
+            .create(job_adapter(), &unit("late"))
+            .await
+            .unwrap_err();
+        assert!(refused.contains("shutting down"), "{refused}");
     }
 }

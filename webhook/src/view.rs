@@ -2,13 +2,26 @@
 //! default queues, ElasticQuotas, PriorityClasses. The live implementation
 //! reads informer caches ([`crate::caches`]); tests use plain maps.
 
-/// A quota as the mapping needs it.
+/// A quota as the mapping needs it: the one of its name that takes
+/// precedence ([`koord_queue_api::elastic_quota::precedence`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuotaInfo {
     /// Name of the ElasticQuota.
     pub name: String,
+    /// Its namespace.
+    pub namespace: String,
     /// Whether it is an inner node of the tree (no job may map to it).
     pub is_parent: bool,
+    /// The namespaces whose jobs may use it: its own and those its
+    /// `quota.scheduling.koordinator.sh/namespaces` annotation lists.
+    pub serves: Vec<String>,
+}
+
+impl QuotaInfo {
+    /// Whether jobs of namespace `ns` may use this quota.
+    pub fn serves(&self, ns: &str) -> bool {
+        self.namespace == ns || self.serves.iter().any(|n| n == ns)
+    }
 }
 
 /// Read-only view of the cluster objects the webhook's decisions depend on.

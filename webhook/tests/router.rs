@@ -39,7 +39,7 @@ async fn answer(router: &axum::Router, review: Value) -> Value {
 }
 
 fn router(api: Arc<MemoryApi>) -> axum::Router {
-    koord_queue_webhook::router(webhook(standard_view(), api), 1024 * 1024)
+    koord_queue_webhook::router(webhook(standard_view(), api), 1024 * 1024, 64)
 }
 
 fn patched(object: &Value, response: &Value) -> Value {
@@ -76,6 +76,7 @@ async fn create_holds_the_job_and_creates_its_unit() {
     assert_eq!(body["response"]["allowed"], true);
     let held = patched(&job, &body);
     assert_eq!(held["spec"]["suspend"], true);
+    api.store(&held);
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
         .as_str()
         .unwrap();
@@ -98,6 +99,7 @@ async fn a_quota_the_cache_has_not_seen_yet_is_read_directly() {
     let body = answer(&router, review("CREATE", fresh.clone(), None, "alice")).await;
     assert_eq!(body["response"]["allowed"], true, "{body}");
     let held = patched(&fresh, &body);
+    api.store(&held);
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
         .as_str()
         .unwrap();
@@ -169,6 +171,7 @@ async fn unsuspend_is_refused_unless_released_or_by_the_scheduler() {
     let job = job("train", Some("team-a"));
     let body = answer(&router, review("CREATE", job.clone(), None, "alice")).await;
     let held = patched(&job, &body);
+    api.store(&held);
     let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
         .as_str()
         .unwrap()
@@ -238,8 +241,11 @@ async fn malformed_requests_get_precise_answers() {
     );
 
     // Oversize bodies: 413.
-    let small =
-        koord_queue_webhook::router(webhook(standard_view(), Arc::new(MemoryApi::default())), 64);
+    let small = koord_queue_webhook::router(
+        webhook(standard_view(), Arc::new(MemoryApi::default())),
+        64,
+        64,
+    );
     let (status, body) = post(&small, vec![b' '; 1000]).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(body["error"].as_str().unwrap().contains("exceeds 64 bytes"));

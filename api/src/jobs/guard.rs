@@ -66,7 +66,10 @@ pub fn growth(old: &[PodSetInfo], new: &[PodSetInfo]) -> Option<String> {
     let mut grown = Vec::new();
     for set in new.iter().filter(|s| s.count > 0) {
         let Some(before) = old.iter().find(|o| o.name == set.name) else {
-            grown.push(format!("pod set {} appears with {} pods", set.name, set.count));
+            grown.push(format!(
+                "pod set {} appears with {} pods",
+                set.name, set.count
+            ));
             continue;
         };
         if set.count > before.count {
@@ -174,7 +177,12 @@ mod tests {
             adapter.hold(&mut held);
             assert!(fully_held(*adapter, &held), "{}", adapter.kind().kind);
             for path in adapter.hold_fields() {
-                for replacement in [None, Some(json!(null)), Some(json!(false)), Some(json!("false"))] {
+                for replacement in [
+                    None,
+                    Some(json!(null)),
+                    Some(json!(false)),
+                    Some(json!("false")),
+                ] {
                     let mut new = held.clone();
                     match &replacement {
                         None => remove(&mut new, path),
@@ -213,11 +221,17 @@ mod tests {
     #[test]
     fn exceeds_lists_resources_over_the_limit() {
         let r = |cpu: i64, gpu: i64| {
-            Resources::from_iter([("cpu".to_string(), cpu), ("nvidia.com/gpu".to_string(), gpu)])
+            Resources::from_iter([
+                ("cpu".to_string(), cpu),
+                ("nvidia.com/gpu".to_string(), gpu),
+            ])
         };
         assert!(exceeds(&r(1000, 0), &r(1000, 1)).is_empty());
         assert_eq!(
-            exceeds(&r(2000, 1), &Resources::from_iter([("cpu".to_string(), 1000)])),
+            exceeds(
+                &r(2000, 1),
+                &Resources::from_iter([("cpu".to_string(), 1000)])
+            ),
             vec![
                 ("cpu".to_string(), 2000, 1000),
                 ("nvidia.com/gpu".to_string(), 1, 0)

@@ -5,16 +5,17 @@
 
 use serde_json::{Value, json};
 
-use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation_holds, condition_true, get_path, invalid, non_empty, opt_count, opt_object,
-    remove_annotation, set_annotation, set_path, template, template_priority_class,
-};
 use super::batch_job::BATCH_JOB_KIND;
 use super::guard::pod_sets_total;
+use super::json::{
+    SUSPEND_ANNOTATION_PATH, annotation_holds, condition_true, get_path, invalid, non_empty,
+    opt_count, opt_object, remove_annotation, set_annotation, set_path, template,
+    template_priority_class,
+};
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
-use crate::resources::Resources;
 use crate::keys::SUSPEND_ANNOTATION;
+use crate::resources::Resources;
 
 /// The `kubeflow.org/v1` TFJob kind.
 pub static TF_JOB_KIND: JobKind = JobKind {
@@ -476,12 +477,20 @@ mod tests {
             .unwrap();
         assert_eq!(budget.get("cpu"), 1000);
         assert_eq!(budget.get("memory"), GI);
-        assert!(MPI_JOB.child_budget(&mpijob, &BATCH_JOB_KIND, "pi").is_none());
+        assert!(
+            MPI_JOB
+                .child_budget(&mpijob, &BATCH_JOB_KIND, "pi")
+                .is_none()
+        );
         assert!(
             MPI_JOB
                 .child_budget(&mpijob, &crate::jobs::ray::RAY_CLUSTER_KIND, "pi-launcher")
                 .is_none()
         );
-        assert!(TF_JOB.child_budget(&tfjob(), &BATCH_JOB_KIND, "mnist-launcher").is_none());
+        assert!(
+            TF_JOB
+                .child_budget(&tfjob(), &BATCH_JOB_KIND, "mnist-launcher")
+                .is_none()
+        );
     }
 }

@@ -8,8 +8,9 @@ use serde_json::{Value, json};
 use super::batch_job::BATCH_JOB_KIND;
 use super::guard::pod_sets_total;
 use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation, field, get_path, invalid, is_true, opt_array, opt_count, opt_object, opt_str,
-    remove_annotation, set_annotation, set_path, template, template_priority_class,
+    SUSPEND_ANNOTATION_PATH, annotation, field, get_path, invalid, is_true, opt_array, opt_count,
+    opt_object, opt_str, remove_annotation, set_annotation, set_path, template,
+    template_priority_class,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
@@ -134,8 +135,7 @@ impl JobAdapter for RayJobAdapter {
         let named = |path: &[&str]| get_path(owner, path).and_then(Value::as_str);
         let sets = |names: fn(&str) -> bool| {
             self.pod_sets(owner).map(|sets| {
-                let chosen: Vec<PodSetInfo> =
-                    sets.into_iter().filter(|s| names(&s.name)).collect();
+                let chosen: Vec<PodSetInfo> = sets.into_iter().filter(|s| names(&s.name)).collect();
                 pod_sets_total(&chosen, &[])
             })
         };
@@ -588,8 +588,7 @@ mod tests {
         job["spec"]["submissionMode"] = json!("HTTPMode");
         assert!(!names(&job).contains(&"submitter".to_string()));
         job["spec"]["submissionMode"] = json!("K8sJobMode");
-        job["spec"]["submitterPodTemplate"] =
-            pod_template("", vec![container("2", "1Gi")]);
+        job["spec"]["submitterPodTemplate"] = pod_template("", vec![container("2", "1Gi")]);
         let sets = RayJobAdapter.pod_sets(&job).unwrap();
         assert_eq!(sets.last().unwrap().per_pod.get("cpu"), 2000);
         job["spec"]["submitterPodTemplate"] = json!("x");

@@ -6,8 +6,9 @@
 use serde_json::{Map, Value, json};
 
 use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation_holds, field, get_path, invalid, is_true, non_empty, opt_array, opt_count, opt_i64,
-    opt_object, opt_str, remove_annotation, set_annotation, set_path,
+    SUSPEND_ANNOTATION_PATH, annotation_holds, field, get_path, invalid, is_true, non_empty,
+    opt_array, opt_count, opt_i64, opt_object, opt_str, remove_annotation, set_annotation,
+    set_path,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};

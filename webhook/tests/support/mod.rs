@@ -19,6 +19,9 @@ use koord_queue_webhook::{
 #[derive(Default)]
 pub struct FixedView {
     pub quotas: BTreeMap<String, bool>,
+    /// Namespace of every quota, and the namespaces each also serves.
+    pub quota_namespace: String,
+    pub quota_serves: BTreeMap<String, Vec<String>>,
     pub default_queues: BTreeMap<String, String>,
     pub priority_classes: BTreeMap<String, i32>,
     pub global_default: Option<(String, i32)>,
@@ -34,7 +37,9 @@ impl ClusterView for FixedView {
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
         self.quotas.get(name).map(|p| QuotaInfo {
             name: name.into(),
+            namespace: self.quota_namespace.clone(),
             is_parent: *p,
+            serves: self.quota_serves.get(name).cloned().unwrap_or_default(),
         })
     }
     fn leaf_quotas(&self) -> Vec<String> {
@@ -60,6 +65,9 @@ pub struct MemoryApi {
     /// Quotas only a direct read finds (name → is_parent): created a moment
     /// ago, not in the cached view yet.
     pub uncached_quotas: Mutex<BTreeMap<String, bool>>,
+    /// Stored jobs by (namespace, name), as the API server keeps them.
+    pub jobs: Mutex<BTreeMap<(String, String), serde_json::Value>>,
+    pub job_reads: Mutex<u64>,
 }
 
 impl ApiAccess for MemoryApi {
@@ -95,6 +103,24 @@ impl ApiAccess for MemoryApi {
             .cloned();
         Box::pin(async move { Ok(unit) })
     }
+    fn check_unit_create<'a>(&'a self, _: &'a QueueUnit) -> BoxFuture<'a, Result<(), kube::Error>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn get_job<'a>(
+        &'a self,
+        _: &'static koord_queue_api::jobs::JobKind,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, kube::Error>> {
+        *self.job_reads.lock().unwrap() += 1;
+        let job = self
+            .jobs
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned();
+        Box::pin(async move { Ok(job) })
+    }
     fn namespace_default_queue<'a>(
         &'a self,
         _: &'a str,
@@ -109,13 +135,29 @@ impl ApiAccess for MemoryApi {
             .get(name)
             .map(|is_parent| QuotaInfo {
                 name: name.into(),
+                namespace: "team-ns".into(),
                 is_parent: *is_parent,
+                serves: vec![],
             });
         Box::pin(async move { Ok(found) })
     }
 }
 
 impl MemoryApi {
+    /// Stores `job` as the API server would after admission (with a uid);
+    /// returns it.
+    pub fn store(&self, job: &serde_json::Value) -> serde_json::Value {
+        let mut job = job.clone();
+        let name = job["metadata"]["name"].as_str().unwrap().to_string();
+        let namespace = job["metadata"]["namespace"].as_str().unwrap().to_string();
+        job["metadata"]["uid"] = format!("uid-{namespace}-{name}").into();
+        self.jobs
+            .lock()
+            .unwrap()
+            .insert((namespace, name), job.clone());
+        job
+    }
+
     /// The unit `namespace/name` once it has been created (creates happen
     /// right after the review is answered); panics after 5 s.
     pub async fn created_unit(&self, namespace: &str, name: &str) -> QueueUnit {
@@ -140,6 +182,8 @@ pub fn standard_view() -> FixedView {
             ("team-b".into(), false),
         ]
         .into(),
+        quota_namespace: "team-ns".into(),
+        quota_serves: [("team-b".into(), vec!["defaulted".into()])].into(),
         default_queues: [("defaulted".into(), "team-b".into())].into(),
         priority_classes: [("high".into(), 1000)].into(),
         global_default: None,
@@ -152,7 +196,13 @@ pub const SCHEDULER: &str = "system:serviceaccount:koord-queue:koord-queue-sched
 pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let units = UnitCreator::start(api.clone(), metrics.clone(), CreatorConfig::new(16));
+    let view: Arc<dyn ClusterView> = Arc::new(view);
+    let units = UnitCreator::start(
+        api.clone(),
+        view.clone(),
+        metrics.clone(),
+        CreatorConfig::new(16),
+    );
     Arc::new(Webhook {
         policy: Policy {
             enabled_kinds: ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"]
@@ -162,8 +212,9 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
             default_queue: None,
             scheduler_user: SCHEDULER.into(),
             scheduler_groups: vec![],
+            allow_cross_namespace_quota: false,
         },
-        view: Arc::new(view),
+        view,
         api,
         metrics,
         units,

@@ -1,0 +1,187 @@
+//! Proven ownership (docs/security.md "A child passes only as a child"): an
+//! object whose controller is a managed job passes unqueued only when it is
+//! that job's real child. Claimed by its `ownerReferences`, proven by reading
+//! the owner: it exists with that uid, its kind creates such a child under
+//! that name and within that budget ([`JobAdapter::child_budget`]), it is
+//! queued by Koord-Queue (it names its QueueUnit, or is itself a proven
+//! child of a queued job), and — when the child runs — that unit holds quota
+//! now. Anything less and the object is queued as a job of its own (on
+//! create) or the update is refused.
+
+use koord_queue_api::jobs::guard::exceeds;
+use koord_queue_api::jobs::{self, JobAdapter, JobKind, json};
+use koord_queue_api::{Resources, keys};
+use serde_json::Value;
+
+use crate::api_access::ApiAccess;
+
+/// Owners of owners followed at most (TrainJob → JobSet → Job is two).
+const MAX_DEPTH: usize = 4;
+
+/// The controller of an object, when it is of a managed kind.
+#[derive(Clone, Debug)]
+pub struct OwnerRef {
+    /// The owner's adapter.
+    pub adapter: &'static dyn JobAdapter,
+    /// Its name (in the child's namespace).
+    pub name: String,
+    /// Its uid as the reference states it.
+    pub uid: String,
+}
+
+/// The claim that an object is its controller's child.
+#[derive(Clone, Debug)]
+pub struct ChildClaim {
+    /// Namespace of both.
+    pub namespace: String,
+    /// The child's kind.
+    pub kind: &'static JobKind,
+    /// The child's name.
+    pub name: String,
+    /// The claimed owner.
+    pub owner: OwnerRef,
+    /// What the child runs.
+    pub size: Resources,
+    /// Whether the child runs now (is not fully held): then the queued
+    /// ancestor's unit must hold quota now.
+    pub runs: bool,
+}
+
+/// The `controller: true` ownerReference of `job` when it points to a kind
+/// Koord-Queue queues. Other references (not the controller, other kinds)
+/// claim nothing.
+pub fn managed_controller(job: &Value) -> Option<OwnerRef> {
+    json::get_path(job, &["metadata", "ownerReferences"])?
+        .as_array()?
+        .iter()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .find_map(|r| {
+            let adapter =
+                jobs::for_api_version(r.get("apiVersion")?.as_str()?, r.get("kind")?.as_str()?)?;
+            Some(OwnerRef {
+                adapter,
+                name: r.get("name")?.as_str()?.to_string(),
+                uid: r.get("uid")?.as_str()?.to_string(),
+            })
+        })
+}
+
+/// The claim `job` (of `adapter`, named `name`) makes, if its controller is a
+/// managed kind. An unreadable size is an error: such an object cannot be
+/// judged.
+pub fn claim(
+    adapter: &dyn JobAdapter,
+    job: &Value,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ChildClaim>, String> {
+    let Some(owner) = managed_controller(job) else {
+        return Ok(None);
+    };
+    let sets = adapter.pod_sets(job).map_err(|e| e.to_string())?;
+    Ok(Some(ChildClaim {
+        namespace: namespace.to_string(),
+        kind: adapter.kind(),
+        name: name.to_string(),
+        owner,
+        size: jobs::total_resources(&sets),
+        runs: !jobs::guard::fully_held(adapter, job),
+    }))
+}
+
+/// Why a claim is not proven.
+#[derive(Debug)]
+pub enum NotProven {
+    /// The claim is false: the reason, for the user.
+    Refuted(String),
+    /// The owner could not be read; the caller refuses and the client retries.
+    Unverifiable(kube::Error),
+}
+
+/// Proves `claim` by reading its owner chain.
+pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotProven> {
+    let refuted = |reason: String| Err(NotProven::Refuted(reason));
+    let mut claim = claim.clone();
+    for _ in 0..MAX_DEPTH {
+        let owner_kind = claim.owner.adapter.kind();
+        let what = format!(
+            "{} {}/{}",
+            owner_kind.kind, claim.namespace, claim.owner.name
+        );
+        let owner = match api
+            .get_job(owner_kind, &claim.namespace, &claim.owner.name)
+            .await
+        {
+            Ok(Some(owner)) => owner,
+            Ok(None) => return refuted(format!("its owner {what} does not exist")),
+            Err(e) => return Err(NotProven::Unverifiable(e)),
+        };
+        let uid = json::get_path(&owner, &["metadata", "uid"]).and_then(Value::as_str);
+        if uid != Some(claim.owner.uid.as_str()) {
+            return refuted(format!(
+                "its owner reference names uid {} but {what} has uid {}",
+                claim.owner.uid,
+                uid.unwrap_or("none")
+            ));
+        }
+        let budget = match claim
+            .owner
+            .adapter
+            .child_budget(&owner, claim.kind, &claim.name)
+        {
+            None => {
+                return refuted(format!(
+                    "a {} does not create a {} named {}",
+                    owner_kind.kind, claim.kind.kind, claim.name
+                ));
+            }
+            Some(Err(e)) => return refuted(format!("{what} cannot be read: {e}")),
+            Some(Ok(budget)) => budget,
+        };
+        let over = exceeds(&claim.size, &budget);
+        if !over.is_empty() {
+            return refuted(format!(
+                "it needs {} but {what} counts {budget} for it",
+                claim.size
+            ));
+        }
+        if let Some(unit) = jobs::annotation(&owner, keys::QUEUE_UNIT_ANNOTATION) {
+            if !claim.runs {
+                return Ok(());
+            }
+            return match api.get_unit(&claim.namespace, unit).await {
+                Err(e) => Err(NotProven::Unverifiable(e)),
+                Ok(None) => refuted(format!("the QueueUnit {unit} of {what} does not exist")),
+                Ok(Some(u)) => {
+                    let phase = u.status.as_ref().and_then(|s| s.phase);
+                    if phase.is_some_and(|p| p.is_released()) {
+                        Ok(())
+                    } else {
+                        refuted(format!(
+                            "the QueueUnit {unit} of {what} does not hold quota (phase {})",
+                            phase.map_or_else(|| "none".to_string(), |p| p.to_string())
+                        ))
+                    }
+                }
+            };
+        }
+        // The owner is a child itself: it must be proven the same way.
+        let Some(next) = managed_controller(&owner) else {
+            return refuted(format!("its owner {what} is not queued by Koord-Queue"));
+        };
+        let sets = claim
+            .owner
+            .adapter
+            .pod_sets(&owner)
+            .map_err(|e| NotProven::Refuted(format!("{what} cannot be read: {e}")))?;
+        claim = ChildClaim {
+            namespace: claim.namespace,
+            kind: owner_kind,
+            name: claim.owner.name,
+            owner: next,
+            size: jobs::total_resources(&sets),
+            runs: claim.runs,
+        };
+    }
+    refuted(format!("its chain of owners is longer than {MAX_DEPTH}"))
+}
