@@ -103,15 +103,17 @@ pub fn served_namespaces(meta: &ObjectMeta) -> (Vec<String>, Option<String>) {
 /// the oldest wins, then the one whose namespace sorts first. `Less` means
 /// `a` wins.
 pub fn precedence(a: &ObjectMeta, b: &ObjectMeta) -> Ordering {
-    let created = |m: &ObjectMeta| m.creation_timestamp.as_ref().map(|t| t.0);
-    // A quota without a timestamp (never stored) comes last.
-    match (created(a), created(b)) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
-    }
-    .then_with(|| a.namespace.cmp(&b.namespace))
+    precedence_key(a).cmp(&precedence_key(b))
+}
+
+/// The key [`precedence`] orders by: creation time in seconds (a quota
+/// without one, never stored, comes last), then namespace.
+pub fn precedence_key(meta: &ObjectMeta) -> (i64, String) {
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .map_or(i64::MAX, |t| t.0.as_second());
+    (created, meta.namespace.clone().unwrap_or_default())
 }
 
 /// The winners among quotas by name: for each name, the quota that takes

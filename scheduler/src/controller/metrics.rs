@@ -66,6 +66,8 @@ pub struct Metrics {
     pub write_backlog: Gauge,
     /// Events dropped because too many were waiting.
     pub events_dropped: Counter,
+    /// ElasticQuotas ignored because an older one holds their name.
+    pub quota_name_conflicts: Gauge,
 }
 
 impl Metrics {
@@ -84,6 +86,7 @@ impl Metrics {
             leader: Gauge::default(),
             write_backlog: Gauge::default(),
             events_dropped: Counter::default(),
+            quota_name_conflicts: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -145,6 +148,11 @@ impl Metrics {
             "events_dropped",
             "Events on jobs not written because too many were waiting",
             m.events_dropped.clone(),
+        );
+        r.register(
+            "quota_name_conflicts",
+            "ElasticQuotas ignored because an older quota in another namespace holds their name",
+            m.quota_name_conflicts.clone(),
         );
         m
     }

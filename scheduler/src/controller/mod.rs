@@ -6,6 +6,7 @@
 //! reasons. Only the Lease holder writes; standbys keep the same state warm.
 
 pub mod metrics;
+mod quota_names;
 pub mod records;
 pub mod sources;
 mod state;

@@ -385,6 +385,9 @@ pub struct QuotaRecord {
     pub policy: QueuePolicy,
     /// A min/max that could not be read.
     pub invalid: Option<String>,
+    /// Order among quotas of the same name
+    /// ([`koord_queue_api::elastic_quota::precedence_key`]).
+    pub precedence: (i64, String),
 }
 
 impl QuotaRecord {
@@ -413,6 +416,7 @@ impl QuotaRecord {
                 .and_then(|v| QueuePolicy::from_label(v))
                 .unwrap_or_default(),
             invalid,
+            precedence: koord_queue_api::elastic_quota::precedence_key(&quota.metadata),
         }
     }
 }

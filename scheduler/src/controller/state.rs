@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use koord_queue_api::jobs::JobState;
 use koord_queue_api::queue::QueueItemDetail;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, CheckState, QueueUnitPhase};
@@ -14,6 +15,7 @@ use koord_queue_runtime::{Leadership, Readiness};
 use tokio::sync::{mpsc, watch};
 
 use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
+use super::quota_names::QuotaNames;
 use super::records::{
     JobKey, JobRecord, Key, Labels, NamespaceQuotaRecord, NodeRecord, PodRecord,
     QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
@@ -221,7 +223,10 @@ pub struct Controller {
     /// took a 74 MB table, and the old table too while it was rehashed.
     units: HashMap<Key, Box<UnitState>>,
     jobs: HashMap<JobKey, JobRecord>,
+    /// The quota of each name (the one that takes precedence).
     quotas: HashMap<String, QuotaRecord>,
+    /// Every quota by name, shadowed ones included.
+    quota_names: QuotaNames,
     queues: HashMap<String, QueueRecord>,
     nodes: HashMap<String, NodeRecord>,
     namespace_quotas: HashMap<String, HashMap<String, NamespaceQuotaRecord>>,
@@ -287,6 +292,7 @@ impl Controller {
             units: HashMap::new(),
             jobs: HashMap::new(),
             quotas: HashMap::new(),
+            quota_names: QuotaNames::default(),
             queues: HashMap::new(),
             nodes: HashMap::new(),
             namespace_quotas: HashMap::new(),
@@ -506,34 +512,77 @@ impl Controller {
     }
 
     fn on_quota(&mut self, change: Change<Box<QuotaRecord>>) {
-        match change {
-            Change::Applied(rec) => {
-                let rec = *rec;
-                if let Some(invalid) = &rec.invalid {
-                    tracing::warn!(quota = %rec.name, %invalid, "ElasticQuota ignored");
-                } else if rec.name != keys::ROOT_QUOTA_NAME {
-                    let parent = Some(rec.parent.clone()).filter(|p| p != keys::ROOT_QUOTA_NAME);
-                    let def = QuotaDef {
-                        name: rec.name.clone(),
-                        parent,
-                        min: rec.min.clone(),
-                        max: rec.max.clone(),
-                        is_parent: rec.is_parent,
-                    };
-                    if let Err(error) = self.core.upsert_quota(&def) {
-                        tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");
-                    }
+        let resolution = match change {
+            Change::Applied(rec) => self.quota_names.apply(*rec),
+            Change::Deleted(namespace, name) => {
+                let resolution = self.quota_names.delete(&namespace, &name);
+                if resolution.winner.is_none() {
+                    self.quotas.remove(&name);
+                    self.core.remove_quota(&name);
                 }
-                self.quotas.insert(rec.name.clone(), rec);
-            }
-            Change::Deleted(_, name) => {
-                self.quotas.remove(&name);
-                self.core.remove_quota(&name);
+                resolution
             }
             Change::Synced | Change::Absent => return self.source_done("elasticquotas"),
+        };
+        for shadowed in &resolution.newly_shadowed {
+            self.report_shadowed_quota(shadowed);
+        }
+        self.metrics
+            .quota_name_conflicts
+            .set(self.quota_names.shadowed() as i64);
+        if let Some(winner) = resolution.winner
+            && self.quotas.get(&winner.name) != Some(&winner)
+        {
+            self.apply_quota(winner);
         }
         self.recompute_capacity();
         self.request_cycle();
+    }
+
+    /// A quota ignored because an older one holds its name: a log line and
+    /// an Event on it (the metric counts them).
+    fn report_shadowed_quota(&self, quota: &QuotaRecord) {
+        let holder = self.quota_names.holder(&quota.name).unwrap_or("?");
+        let note = format!(
+            "ElasticQuota {}/{} is ignored: quota names are unique cluster-wide and {holder}/{} \
+             is older; rename one of them",
+            quota.namespace, quota.name, quota.name
+        );
+        tracing::warn!(quota = %quota.name, namespace = %quota.namespace, holder, "{note}");
+        if self.leads() {
+            self.writer.submit(Write::Event {
+                regarding: ObjectReference {
+                    api_version: Some("scheduling.sigs.k8s.io/v1alpha1".into()),
+                    kind: Some("ElasticQuota".into()),
+                    namespace: Some(quota.namespace.clone()),
+                    name: Some(quota.name.clone()),
+                    ..Default::default()
+                },
+                warning: true,
+                reason: "QuotaNameTaken",
+                note,
+            });
+        }
+    }
+
+    /// Makes `rec` the quota of its name: the core's tree follows it.
+    fn apply_quota(&mut self, rec: QuotaRecord) {
+        if let Some(invalid) = &rec.invalid {
+            tracing::warn!(quota = %rec.name, %invalid, "ElasticQuota ignored");
+        } else if rec.name != keys::ROOT_QUOTA_NAME {
+            let parent = Some(rec.parent.clone()).filter(|p| p != keys::ROOT_QUOTA_NAME);
+            let def = QuotaDef {
+                name: rec.name.clone(),
+                parent,
+                min: rec.min.clone(),
+                max: rec.max.clone(),
+                is_parent: rec.is_parent,
+            };
+            if let Err(error) = self.core.upsert_quota(&def) {
+                tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");
+            }
+        }
+        self.quotas.insert(rec.name.clone(), rec);
     }
 
     fn on_queue(&mut self, change: Change<Box<QueueRecord>>) {
@@ -1116,7 +1165,7 @@ impl Controller {
     fn event(&self, job: &JobRef, warning: bool, reason: &'static str, note: String) {
         if self.settings.job_events && self.leads() {
             self.writer.submit(Write::Event {
-                job: job.clone(),
+                regarding: job.object_ref(),
                 warning,
                 reason,
                 note,

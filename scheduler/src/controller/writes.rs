@@ -152,10 +152,10 @@ pub enum Write {
         /// The status.
         status: Box<QueueStatus>,
     },
-    /// An Event on a job.
+    /// An Event on a job (or a quota).
     Event {
-        /// The job.
-        job: JobRef,
+        /// The object it is about.
+        regarding: ObjectReference,
         /// Normal or Warning.
         warning: bool,
         /// PascalCase reason.
@@ -190,7 +190,7 @@ impl JobRef {
         Api::namespaced_with(client.clone(), &self.namespace, &resource)
     }
 
-    fn object_ref(&self) -> ObjectReference {
+    pub(super) fn object_ref(&self) -> ObjectReference {
         let kind = self.adapter.kind();
         ObjectReference {
             api_version: Some(kind.api_version()),
@@ -854,16 +854,20 @@ impl Writer {
                 Ok(None)
             }
             Write::Event {
-                job,
+                regarding,
                 warning,
                 reason,
                 note,
             } => {
-                let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &job.namespace);
+                let namespace = regarding.namespace.clone().unwrap_or_default();
+                let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
                 let event = KubeEvent {
                     metadata: kube::api::ObjectMeta {
-                        generate_name: Some(format!("{}-", job.name)),
-                        namespace: Some(job.namespace.clone()),
+                        generate_name: Some(format!(
+                            "{}-",
+                            regarding.name.as_deref().unwrap_or("koord-queue")
+                        )),
+                        namespace: Some(namespace),
                         ..Default::default()
                     },
                     action: Some((*reason).to_string()),
@@ -871,7 +875,7 @@ impl Writer {
                     note: Some(note.chars().take(1000).collect()),
                     type_: Some(if *warning { "Warning" } else { "Normal" }.to_string()),
                     event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-                    regarding: Some(job.object_ref()),
+                    regarding: Some(regarding.clone()),
                     reporting_controller: Some("koord-queue.x-k8s.io/scheduler".into()),
                     reporting_instance: Some(self.identity.clone()),
                     ..Default::default()
@@ -973,7 +977,7 @@ mod tests {
 
     pub(super) fn event(note: &str) -> Write {
         Write::Event {
-            job: job(),
+            regarding: job().object_ref(),
             warning: false,
             reason: "Queued",
             note: note.into(),
