@@ -108,11 +108,17 @@ fn args(list: &[(&str, String)]) -> Vec<String> {
 impl ControlPlane {
     /// Starts a control plane of the given tier and waits until it serves.
     pub async fn start(tier: Tier) -> Result<Self> {
+        Self::start_with(tier, &[]).await
+    }
+
+    /// [`ControlPlane::start`] with more kube-apiserver flags (`name`,
+    /// `value`), e.g. an `admission-control-config-file`.
+    pub async fn start_with(tier: Tier, apiserver_flags: &[(&str, String)]) -> Result<Self> {
         // Ports are picked free and then bound by the child processes: another
         // process can take one in between. Such a start is retried on new ports.
         let mut attempt = 1;
         loop {
-            match Self::start_once(tier.clone()).await {
+            match Self::start_once(tier.clone(), apiserver_flags).await {
                 Err(error)
                     if attempt < 3 && format!("{error:#}").contains("address already in use") =>
                 {
@@ -124,7 +130,7 @@ impl ControlPlane {
         }
     }
 
-    async fn start_once(tier: Tier) -> Result<Self> {
+    async fn start_once(tier: Tier, apiserver_flags: &[(&str, String)]) -> Result<Self> {
         let started = Instant::now();
         let root = root_dir();
         std::fs::create_dir_all(&root)?;
@@ -164,44 +170,52 @@ impl ControlPlane {
         let api_port = free_port()?;
         let server = format!("https://127.0.0.1:{api_port}");
         let sa_key = pki.service_account_key.display().to_string();
+        let extra: Vec<String> = apiserver_flags
+            .iter()
+            .map(|(k, v)| format!("--{k}={v}"))
+            .collect();
         processes.push(Process::start(
             "kube-apiserver",
             &tools::path(Tool::KubeApiserver)?,
-            &args(&[
-                ("etcd-servers", etcd_url),
-                ("bind-address", "127.0.0.1".into()),
-                ("advertise-address", "127.0.0.1".into()),
-                ("secure-port", api_port.to_string()),
-                (
-                    "cert-dir",
-                    dir.path().join("apiserver-certs").display().to_string(),
-                ),
-                ("tls-cert-file", pki.apiserver_cert.display().to_string()),
-                (
-                    "tls-private-key-file",
-                    pki.apiserver_key.display().to_string(),
-                ),
-                ("client-ca-file", pki.ca_file.display().to_string()),
-                (
-                    "service-account-issuer",
-                    "https://kubernetes.default.svc.cluster.local".into(),
-                ),
-                (
-                    "service-account-key-file",
-                    pki.service_account_pub.display().to_string(),
-                ),
-                ("service-account-signing-key-file", sa_key.clone()),
-                ("service-cluster-ip-range", "10.0.0.0/24".into()),
-                ("authorization-mode", "Node,RBAC".into()),
-                ("allow-privileged", "true".into()),
-                // `/debug/pprof` for admins: how the benchmark's API server
-                // time is found (docs/performance.md); no cost until asked.
-                ("profiling", "true".into()),
-                ("enable-priority-and-fairness", "true".into()),
-                ("max-requests-inflight", "800".into()),
-                ("max-mutating-requests-inflight", "400".into()),
-                ("v", "0".into()),
-            ]),
+            &[
+                args(&[
+                    ("etcd-servers", etcd_url),
+                    ("bind-address", "127.0.0.1".into()),
+                    ("advertise-address", "127.0.0.1".into()),
+                    ("secure-port", api_port.to_string()),
+                    (
+                        "cert-dir",
+                        dir.path().join("apiserver-certs").display().to_string(),
+                    ),
+                    ("tls-cert-file", pki.apiserver_cert.display().to_string()),
+                    (
+                        "tls-private-key-file",
+                        pki.apiserver_key.display().to_string(),
+                    ),
+                    ("client-ca-file", pki.ca_file.display().to_string()),
+                    (
+                        "service-account-issuer",
+                        "https://kubernetes.default.svc.cluster.local".into(),
+                    ),
+                    (
+                        "service-account-key-file",
+                        pki.service_account_pub.display().to_string(),
+                    ),
+                    ("service-account-signing-key-file", sa_key.clone()),
+                    ("service-cluster-ip-range", "10.0.0.0/24".into()),
+                    ("authorization-mode", "Node,RBAC".into()),
+                    ("allow-privileged", "true".into()),
+                    // `/debug/pprof` for admins: how the benchmark's API server
+                    // time is found (docs/performance.md); no cost until asked.
+                    ("profiling", "true".into()),
+                    ("enable-priority-and-fairness", "true".into()),
+                    ("max-requests-inflight", "800".into()),
+                    ("max-mutating-requests-inflight", "400".into()),
+                    ("v", "0".into()),
+                ]),
+                extra,
+            ]
+            .concat(),
             dir.path().join("kube-apiserver.log"),
         )?);
 

@@ -25,6 +25,48 @@ pub async fn create_quota(
     max_cpu: &str,
     policy: Option<&str>,
 ) -> Result<()> {
+    create_quota_serving(
+        client,
+        name,
+        parent,
+        is_parent,
+        (min_cpu, max_cpu),
+        policy,
+        &[],
+    )
+    .await
+}
+
+/// Lets jobs of `namespaces` use quota `quota` (of the system namespace):
+/// its annotation `quota.scheduling.koordinator.sh/namespaces`.
+pub async fn serve_namespaces(
+    client: &kube::Client,
+    quota: &str,
+    namespaces: &[&str],
+) -> Result<()> {
+    Api::<ElasticQuota>::namespaced(client.clone(), keys::SYSTEM_NAMESPACE)
+        .patch(
+            quota,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                keys::QUOTA_NAMESPACES_ANNOTATION: serde_json::to_string(namespaces)?,
+            }}})),
+        )
+        .await
+        .with_context(|| format!("letting namespaces {namespaces:?} use quota {quota}"))?;
+    Ok(())
+}
+
+/// [`create_quota`] serving jobs of `namespaces` too.
+pub async fn create_quota_serving(
+    client: &kube::Client,
+    name: &str,
+    parent: Option<&str>,
+    is_parent: bool,
+    (min_cpu, max_cpu): (&str, &str),
+    policy: Option<&str>,
+    namespaces: &[&str],
+) -> Result<()> {
     let mut labels = serde_json::Map::new();
     if let Some(p) = parent {
         labels.insert(keys::QUOTA_PARENT_LABEL.into(), p.into());
@@ -35,9 +77,14 @@ pub async fn create_quota(
     if let Some(p) = policy {
         labels.insert(keys::QUEUE_POLICY_LABEL.into(), p.into());
     }
+    let annotations = if namespaces.is_empty() {
+        json!({})
+    } else {
+        json!({ keys::QUOTA_NAMESPACES_ANNOTATION: serde_json::to_string(namespaces)? })
+    };
     let quota: ElasticQuota = serde_json::from_value(json!({
         "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-        "metadata": { "name": name, "labels": labels },
+        "metadata": { "name": name, "labels": labels, "annotations": annotations },
         "spec": { "min": { "cpu": min_cpu }, "max": { "cpu": max_cpu } },
     }))?;
     Api::<ElasticQuota>::namespaced(client.clone(), keys::SYSTEM_NAMESPACE)

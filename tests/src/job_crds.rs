@@ -1,8 +1,12 @@
-//! Minimal CRDs of the job frameworks Koord-Queue queues, for clusters in
-//! tests: the real group/version/kind/plural, a status subresource, the
-//! suspend fields typed as the real CRDs type them (`spec.suspend` or
-//! `spec.runPolicy.suspend`), everything else kept as given. The real
-//! upstream CRDs are far larger; only these fields matter to Koord-Queue.
+//! CRDs of the job frameworks Koord-Queue queues, for clusters in tests.
+//!
+//! - [`job_framework_crds`]: minimal ones — the real group/version/kind/
+//!   plural, a status subresource, the suspend fields typed as the real CRDs
+//!   type them, everything else kept as given — for the scheduling suites.
+//! - [`upstream_crds`]: the real upstream files in `tests/upstream-crds/`
+//!   (byte for byte; `SOURCES.md` says where each comes from), with their
+//!   validation, defaults, pruning and `/scale` subresources, for the suites
+//!   where exactly that matters (the tenant suite).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -127,4 +131,23 @@ pub fn job_framework_crds() -> Vec<CustomResourceDefinition> {
         .iter()
         .map(|(g, v, k, p, s)| crd(g, v, k, p, *s))
         .collect()
+}
+
+/// Upstream CRD files of the job kinds the seed queues (tests/upstream-crds).
+pub const UPSTREAM_JOB_CRDS: &[&str] = &[
+    "kubeflow.org_tfjobs.yaml",
+    "kubeflow.org_pytorchjobs.yaml",
+    "kubeflow.org_mpijobs.yaml",
+    "ray.io_rayjobs.yaml",
+    "ray.io_rayclusters.yaml",
+    "sparkoperator.k8s.io_sparkapplications.yaml",
+    "argoproj.io_workflows.full.yaml",
+];
+
+/// The real upstream CRDs named `files` (in `tests/upstream-crds/`).
+pub fn upstream_crds(files: &[&str]) -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("upstream-crds");
+    let paths: Vec<std::path::PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    crate::fixtures::read_crds(&refs)
 }

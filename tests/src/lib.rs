@@ -10,6 +10,7 @@ pub mod bench;
 pub mod control_plane;
 pub mod e2e;
 pub mod fixtures;
+pub mod https;
 pub mod install;
 pub mod job_crds;
 pub mod kubeconfig;
@@ -20,6 +21,7 @@ pub mod proc_stats;
 pub mod process;
 pub mod scheduler;
 pub mod shared;
+pub mod tenant;
 pub mod tools;
 pub mod webhook;
 

@@ -19,6 +19,9 @@ use crate::kubeconfig::{self, Credentials};
 /// Name of the MutatingWebhookConfiguration the harness registers.
 pub const WEBHOOK_CONFIGURATION: &str = "koord-queue-test";
 
+/// Kinds whose CRD has a `/scale` subresource (the chart's kind table).
+pub const SCALABLE: &[&str] = &["pytorchjobs"];
+
 /// User the harness's scheduler identity runs as.
 pub const SCHEDULER_USER: &str = "koord-queue-scheduler";
 
@@ -42,6 +45,10 @@ pub fn test_args(tls_dir: &Path) -> koord_queue_webhook::Args {
     args.tls_dir = tls_dir.to_path_buf();
     args.cert_reload_interval = Duration::from_millis(200);
     args.scheduler_user = SCHEDULER_USER.into();
+    // The scheduling suites keep every quota in the system namespace, as
+    // before quotas belonged to namespaces; the tenant suite and the chart's
+    // flags run the default rule.
+    args.allow_cross_namespace_quota = true;
     args
 }
 
@@ -94,10 +101,15 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
             .iter()
             .map(|a| {
                 let kind = a.kind();
+                // As the chart: updates through a CRD's /scale are reviewed.
+                let mut resources = vec![kind.plural.to_string()];
+                if operation == "UPDATE" && SCALABLE.contains(&kind.plural) {
+                    resources.push(format!("{}/scale", kind.plural));
+                }
                 serde_json::json!({
                     "apiGroups": [kind.group],
                     "apiVersions": [kind.version],
-                    "resources": [kind.plural],
+                    "resources": resources,
                     "operations": [operation],
                     "scope": "Namespaced",
                 })
@@ -164,9 +176,19 @@ pub async fn probe(client: &kube::Client, namespace: &str) -> Result<bool> {
 /// Starts a webhook for `cp` and registers it; returns once the API server
 /// demonstrably calls it.
 pub async fn start_and_register(cp: &ControlPlane) -> Result<RunningWebhook> {
+    start_and_register_with(cp, |_| {}).await
+}
+
+/// [`start_and_register`] with the test flags changed by `adjust`.
+pub async fn start_and_register_with(
+    cp: &ControlPlane,
+    adjust: impl FnOnce(&mut koord_queue_webhook::Args),
+) -> Result<RunningWebhook> {
     let tls_dir = cp.dir().join("webhook-tls");
     write_serving_cert(cp, &tls_dir)?;
-    let running = start(cp, test_args(&tls_dir)).await?;
+    let mut args = test_args(&tls_dir);
+    adjust(&mut args);
+    let running = start(cp, args).await?;
     let client = cp.client().await?;
     let url = format!("https://{}/mutate", running.listen_addr);
     let config = configuration(&url, cp.pki().ca.cert_pem())?;

@@ -304,15 +304,24 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let docs = render(&all);
     let hooks = &find(&docs, "MutatingWebhookConfiguration", "koord-queue-webhook")["webhooks"];
-    let mut expected: Vec<(String, String, String)> = koord_queue_api::jobs::all()
+    let kinds: Vec<(String, String, String)> = koord_queue_api::jobs::all()
         .iter()
         .map(|a| {
             let k = a.kind();
             (k.group.into(), k.version.into(), k.plural.into())
         })
         .collect();
-    expected.sort();
     for (hook, operation) in hooks.as_array().unwrap().iter().zip(["CREATE", "UPDATE"]) {
+        let mut expected = kinds.clone();
+        if operation == "UPDATE" {
+            // Updates through a CRD's /scale are reviewed too.
+            for (g, v, plural) in &kinds {
+                if koord_queue_tests::webhook::SCALABLE.contains(&plural.as_str()) {
+                    expected.push((g.clone(), v.clone(), format!("{plural}/scale")));
+                }
+            }
+        }
+        expected.sort();
         let mut registered: Vec<(String, String, String)> = Vec::new();
         for rule in hook["rules"].as_array().unwrap() {
             assert_eq!(rule["operations"], json!([operation]));
@@ -353,7 +362,7 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
 
     // The scheduler may follow and release every enabled kind.
     let role = find(&docs, "ClusterRole", "koord-queue-scheduler");
-    for (group, _, plural) in &expected {
+    for (group, _, plural) in &kinds {
         let rule = role["rules"]
             .as_array()
             .unwrap()
@@ -744,6 +753,66 @@ fn the_schema_rejects_invalid_values_with_a_clear_error() {
 }
 
 #[test]
+fn the_webhook_ships_a_network_policy_and_can_require_the_api_servers_certificate() {
+    let docs = render(&[]);
+    let policy = find(&docs, "NetworkPolicy", "koord-queue-webhook");
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(
+        ingress[0]["ports"],
+        json!([{ "port": 9443, "protocol": "TCP" }])
+    );
+    assert_eq!(
+        ingress[0]["from"],
+        json!([{ "ipBlock": { "cidr": "0.0.0.0/0" } }])
+    );
+    assert_eq!(
+        ingress[1]["ports"],
+        json!([{ "port": 9090, "protocol": "TCP" }])
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    // The source is selectable; the policy can be switched off.
+    let docs = render(&[
+        "--set-json",
+        r#"webhook.networkPolicy.admissionFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]"#,
+    ]);
+    let policy = find(&docs, "NetworkPolicy", "koord-queue-webhook");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"],
+        "10.0.0.0/24"
+    );
+    let docs = render(&["--set", "webhook.networkPolicy.enabled=false"]);
+    assert!(!kinds(&docs).contains(&"NetworkPolicy".to_string()));
+
+    // Client authentication: the CA is mounted and passed; without one the
+    // install stops with a message.
+    assert!(
+        !args_of(find(&render(&[]), "Deployment", "koord-queue-webhook"))
+            .iter()
+            .any(|a| a.starts_with("--client-ca-file"))
+    );
+    let docs = render(&[
+        "--set",
+        "webhook.clientAuth.enabled=true",
+        "--set-string",
+        "webhook.clientAuth.caBundle=-----BEGIN CERTIFICATE-----",
+    ]);
+    let webhook = find(&docs, "Deployment", "koord-queue-webhook");
+    assert!(
+        args_of(webhook)
+            .contains(&"--client-ca-file=/etc/koord-queue/client-ca/ca.crt".to_string())
+    );
+    let ca = find(&docs, "ConfigMap", "koord-queue-webhook-client-ca");
+    assert!(
+        ca["data"]["ca.crt"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let error = render_error(&["--set", "webhook.clientAuth.enabled=true"]);
+    assert!(error.contains("webhook.clientAuth.caBundle"), "{error}");
+}
+
+#[test]
 fn neither_component_may_read_secrets_and_the_webhook_cannot_change_jobs() {
     let all = all_kinds_enabled();
     let mut args: Vec<&str> = all.iter().map(String::as_str).collect();
@@ -791,9 +860,10 @@ fn neither_component_may_read_secrets_and_the_webhook_cannot_change_jobs() {
         .collect();
     for rule in webhook["rules"].as_array().unwrap() {
         for r in rule["resources"].as_array().unwrap() {
+            // It reads jobs back (a review proves nothing), never changes them.
             assert!(
-                !job_resources.contains(&r.as_str().unwrap()),
-                "webhook has rights on jobs: {rule}"
+                !job_resources.contains(&r.as_str().unwrap()) || rule["verbs"] == json!(["get"]),
+                "webhook may change jobs: {rule}"
             );
         }
     }

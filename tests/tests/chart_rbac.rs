@@ -100,6 +100,9 @@ async fn components_with_the_chart_identities_run_the_end_to_end_flow() {
         .await
         .unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    e2e::serve_namespaces(&client, "rbac-q", &[&ns])
+        .await
+        .unwrap();
     install::wait_webhook_effective(&client, &ns).await.unwrap();
 
     // Held on creation (the webhook, as its ServiceAccount, created the unit).
@@ -202,6 +205,9 @@ async fn a_framework_job_is_released_with_the_chart_rbac() {
         .await
         .unwrap();
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    e2e::serve_namespaces(&client, "rbac-tf-q", &[&ns])
+        .await
+        .unwrap();
     install::wait_webhook_effective(&client, &ns).await.unwrap();
     let gvk = GroupVersionKind::gvk("kubeflow.org", "v1", "TFJob");
     let tfjobs: Api<DynamicObject> = Api::namespaced_with(
@@ -292,6 +298,9 @@ async fn each_identity_cannot_do_what_it_does_not_need() {
             vec!["list", "priorityclasses.scheduling.k8s.io"],
             true,
         ),
+        // It reads jobs back (a review alone proves nothing), never writes them.
+        (&webhook, vec!["get", "jobs.batch", "-n", "team"], true),
+        (&webhook, vec!["list", "jobs.batch", "-n", "team"], false),
         (&webhook, vec!["patch", "jobs.batch", "-n", "team"], false),
         (&webhook, vec!["update", "jobs.batch", "-n", "team"], false),
         (

@@ -113,9 +113,10 @@ fn samples() -> Vec<Sample> {
                     "headGroupSpec": { "template": template("2", "4Gi") },
                     "workerGroupSpecs": [{ "groupName": "gpu", "replicas": 3, "minReplicas": 1,
                         "maxReplicas": 5, "template": template("4", "8Gi") }] } } }),
-            vec![("head", 1), ("gpu", 3)],
-            "14",
-            "28Gi",
+            // KubeRay's default submitter pod (500m, 200Mi) is counted too.
+            vec![("head", 1), ("gpu", 3), ("submitter", 1)],
+            "14500m",
+            "28872Mi",
         ),
         (
             json!({ "apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": {

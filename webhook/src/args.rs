@@ -106,6 +106,13 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_UNIT_BACKLOG", default_value_t = 10_000)]
     pub unit_backlog: usize,
 
+    /// How long a held job may take to appear in the API after its answer
+    /// before its QueueUnit is given up (a later admission step refused it,
+    /// or the review was forged; a real job's unit is then created by the
+    /// scheduler's repair).
+    #[arg(long, env = "KQ_WEBHOOK_JOB_WAIT", default_value = "10s", value_parser = parse_duration)]
+    pub job_wait: Duration,
+
     /// How long in-flight reviews, then the QueueUnit backlog, may take to
     /// finish after SIGTERM (each).
     #[arg(long, env = "KQ_WEBHOOK_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]

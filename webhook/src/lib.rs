@@ -125,6 +125,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         header_timeout,
         max_concurrent_creates,
         unit_backlog,
+        job_wait,
         drain_timeout,
         log_format: _,
         log_level: _,
@@ -179,6 +180,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         metrics.clone(),
         CreatorConfig {
             backlog: unit_backlog,
+            job_wait,
             ..CreatorConfig::new(max_concurrent_creates)
         },
     );

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use koord_queue_api::QueueUnit;
 use koord_queue_api::jobs::{self, JobAdapter};
 use koord_queue_api::keys;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::api_access::{ApiAccess, Created};
@@ -87,6 +87,8 @@ struct Pending {
     job: String,
     unit: String,
     answered: Instant,
+    /// Its place in the backlog, given back once it is done with.
+    _room: OwnedSemaphorePermit,
 }
 
 /// Why a create failed.
@@ -104,6 +106,8 @@ struct Shared {
     view: Arc<dyn ClusterView>,
     metrics: Metrics,
     slots: Semaphore,
+    /// One permit per unit waiting or being created after its answer.
+    room: Arc<Semaphore>,
     /// False after a failed call, until one succeeds.
     healthy: AtomicBool,
     config: CreatorConfig,
@@ -139,6 +143,7 @@ impl UnitCreator {
             view,
             metrics,
             slots: Semaphore::new(config.max_in_flight.max(1)),
+            room: Arc::new(Semaphore::new(config.backlog.max(1))),
             healthy: AtomicBool::new(true),
             config,
         });
@@ -175,7 +180,17 @@ impl UnitCreator {
                 }
             }
         }
+        let busy = || {
+            format!(
+                "Koord-Queue's webhook is busy: {} QueueUnits wait to be created; retry",
+                self.shared.config.backlog
+            )
+        };
+        let Ok(room) = self.shared.room.clone().try_acquire_owned() else {
+            return Err(busy());
+        };
         let pending = Pending {
+            _room: room,
             adapter,
             namespace: unit.metadata.namespace.clone().unwrap_or_default(),
             job: unit.spec.consumer_ref.name.clone().unwrap_or_default(),
@@ -191,10 +206,7 @@ impl UnitCreator {
                 self.shared.metrics.unit_backlog.inc();
                 Ok(())
             }
-            Err(mpsc::error::TrySendError::Full(_)) => Err(format!(
-                "Koord-Queue's webhook is busy: {} QueueUnits wait to be created; retry",
-                self.shared.config.backlog
-            )),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(busy()),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 Err("the webhook is shutting down; retry".into())
             }
@@ -693,18 +705,23 @@ mod tests {
         for name in ["a", "b", "c"] {
             api.store(name);
         }
-        let (creator, metrics) = creator(api.clone(), 1);
+        let (creator, metrics) = creator(api.clone(), 2);
         creator.create(job_adapter(), &unit("a")).await.unwrap();
-        // Let the dispatcher take "a" (its create then waits at the gate).
-        tokio::time::sleep(Duration::from_millis(20)).await;
         creator.create(job_adapter(), &unit("b")).await.unwrap();
+        // Both wait at the gate: the backlog counts units being created too,
+        // so a flood of answered reviews cannot pile up tasks without end.
+        tokio::time::sleep(Duration::from_millis(20)).await;
         let refused = creator.create(job_adapter(), &unit("c")).await.unwrap_err();
         assert!(refused.contains("busy"), "{refused}");
         for _ in 0..2 {
             gate.notify_one();
         }
         creator.idle().await;
-        assert_eq!(api.units.lock().unwrap().len(), 2);
+        // Room again.
+        creator.create(job_adapter(), &unit("c")).await.unwrap();
+        gate.notify_one();
+        creator.idle().await;
+        assert_eq!(api.units.lock().unwrap().len(), 3);
         assert_eq!(metrics.unit_backlog.get(), 0);
     }
 

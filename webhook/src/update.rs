@@ -96,7 +96,7 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
         for key in [keys::QUEUE_UNIT_ANNOTATION, keys::QUEUE_ANNOTATION] {
             if jobs::annotation(old, key) != jobs::annotation(new, key) {
                 return Some(format!(
-                    "the annotation {key} is set by Koord-Queue at admission and cannot be changed"
+                    "the annotation {key} is managed by Koord-Queue (set at admission) and cannot be changed"
                 ));
             }
         }

@@ -93,6 +93,8 @@ pytorch:
   group: kubeflow.org
   version: v1
   resources: [pytorchjobs]
+  # The CRD's /scale sets the Worker replicas: updates through it are reviewed.
+  subresources: [pytorchjobs/scale]
 mpi:
   group: kubeflow.org
   version: v2beta1

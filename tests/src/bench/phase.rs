@@ -207,7 +207,16 @@ async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Result
                 unbound
             };
             let parent = &shape.parents[leaf.parent].name;
-            e2e::create_quota(admin, &leaf.name, Some(parent), false, &min, max, None).await?;
+            e2e::create_quota_serving(
+                admin,
+                &leaf.name,
+                Some(parent),
+                false,
+                (&min, max),
+                None,
+                &[&leaf.namespace],
+            )
+            .await?;
         }
     }
     let namespaces: Api<Namespace> = Api::all(admin.clone());

@@ -218,7 +218,16 @@ async fn create_demo(client: &kube::Client) -> Result<()> {
         .await
         .context("creating the demo namespace")?;
     for quota in ["team-a", "team-b"] {
-        e2e::create_quota(client, quota, None, false, "8", "48", None).await?;
+        e2e::create_quota_serving(
+            client,
+            quota,
+            None,
+            false,
+            ("8", "48"),
+            None,
+            &[DEMO_NAMESPACE],
+        )
+        .await?;
     }
     Ok(())
 }
