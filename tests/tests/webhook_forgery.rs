@@ -128,7 +128,11 @@ async fn a_forged_create_makes_no_unit_and_never_replaces_a_jobs_own() {
         .iter()
         .filter_map(|u| u.metadata.name.clone())
         .collect();
-    assert_eq!(names, std::slice::from_ref(&own), "only the real job's unit");
+    assert_eq!(
+        names,
+        std::slice::from_ref(&own),
+        "only the real job's unit"
+    );
     let unit = &found[0];
     assert_eq!(
         unit.spec.resource["cpu"].0, "1",
@@ -152,7 +156,11 @@ fn random_review(i: usize, ns: &str) -> Value {
     let x = i.wrapping_mul(2_654_435_761) % 1_000_003;
     let (group, kind) = kinds[x % kinds.len()];
     let made_up = format!("Kind{x}");
-    let kind = if x.is_multiple_of(3) { made_up.as_str() } else { kind };
+    let kind = if x.is_multiple_of(3) {
+        made_up.as_str()
+    } else {
+        kind
+    };
     let op = if x.is_multiple_of(7) {
         format!("OP{x}")
     } else {
