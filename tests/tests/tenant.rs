@@ -24,9 +24,16 @@ const ORG: &str = "tenant-org";
 /// The shared control plane: upstream CRDs, the parent quota, the webhook
 /// (default policy) and a scheduler.
 async fn setup() -> &'static ControlPlane {
-    static READY: OnceCell<()> = OnceCell::const_new();
     let cp = shared::tier1().await.unwrap();
-    READY
+    scheduler_admin().await;
+    cp
+}
+
+/// The admin address of the suite's scheduler (set up on first use).
+async fn scheduler_admin() -> std::net::SocketAddr {
+    static READY: OnceCell<std::net::SocketAddr> = OnceCell::const_new();
+    let cp = shared::tier1().await.unwrap();
+    *READY
         .get_or_init(|| async {
             let admin = cp.client().await.unwrap();
             let crds = job_crds::upstream_crds(job_crds::UPSTREAM_JOB_CRDS).unwrap();
@@ -44,10 +51,11 @@ async fn setup() -> &'static ControlPlane {
             let args = scheduler::with_config(scheduler::test_args("tenant-scheduler"), cp, config)
                 .unwrap();
             let replica = scheduler::start_leader(cp, args).await.unwrap();
+            let admin = replica.admin_addr;
             std::mem::forget(replica);
+            admin
         })
-        .await;
-    cp
+        .await
 }
 
 /// A leaf quota `name` in `namespace` (max `cpu`), serving `also` too.
@@ -818,5 +826,72 @@ async fn a_workflow_must_state_its_size() {
     assert!(
         message.contains("koord-queue/min-resources") && message.contains("required"),
         "{message}"
+    );
+}
+
+// ---- quota names are unique cluster-wide ------------------------------------
+
+#[tokio::test]
+async fn a_second_quota_of_a_taken_name_is_ignored_and_reported() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let ns = "tenant-dup";
+    // The older quota of the name holds it.
+    quota(cp, "dup-q", "tenant-dup-first", "1", &[]).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A newer one in the tenant's namespace, larger: ignored, not merged.
+    quota(cp, "dup-q", ns, "100", &[]).await;
+    let client = tenant(cp, ns, None).await;
+    let message = refusal(
+        create(
+            &api(&client, ns, "Job"),
+            batch_job("dup", Some("dup-q"), 1, "1"),
+        )
+        .await,
+        "use a shadowed quota",
+    );
+    assert!(
+        message.contains("ElasticQuota tenant-dup-first/dup-q")
+            && message.contains("does not serve"),
+        "{message}"
+    );
+    // The scheduler reports it: a warning Event on the ignored quota, a metric.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin, ns);
+    fixtures::eventually(Duration::from_secs(20), || {
+        let events = events.clone();
+        async move {
+            Ok(events
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("QuotaNameTaken")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dup-q")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("tenant-dup-first/dup-q is older"))
+                }))
+        }
+    })
+    .await
+    .expect("a QuotaNameTaken Event on the ignored quota");
+    let text = koord_queue_tests::metrics::scrape(scheduler_admin().await)
+        .await
+        .unwrap();
+    assert!(
+        koord_queue_tests::metrics::sum_of(&text, "koord_queue_scheduler_quota_name_conflicts")
+            >= 1.0
+    );
+    // The scheduler still charges the older one: its max is 1.
+    let used = koord_queue_tests::metrics::sample(
+        &text,
+        "koord_queue_scheduler_quota_max",
+        &[("quota", "dup-q"), ("resource", "cpu")],
+    );
+    assert_eq!(
+        used,
+        Some(1000.0),
+        "the older quota's max (millicores), not merged"
     );
 }

@@ -344,3 +344,31 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn reviews_beyond_the_bound_are_answered_429_at_once() {
+    let router = koord_queue_webhook::router(
+        webhook(standard_view(), Arc::new(MemoryApi::default())),
+        1 << 20,
+        1,
+    );
+    // A review whose body never finishes arriving holds the only slot.
+    let (_sender, body) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+    let slow = router.clone().oneshot(
+        Request::post("/mutate")
+            .header("content-type", "application/json")
+            .body(Body::from_stream(body))
+            .unwrap(),
+    );
+    let slow = tokio::spawn(slow);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let (status, body) = post(&router, b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("too many"));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "answered at once"
+    );
+    slow.abort();
+}
