@@ -21,7 +21,7 @@ pub const QUOTA_IS_PARENT_LABEL: &str = "quota.scheduling.koordinator.sh/is-pare
 /// besides its own whose jobs may use the quota (Koordinator's convention).
 pub const QUOTA_NAMESPACES_ANNOTATION: &str = "quota.scheduling.koordinator.sh/namespaces";
 /// Name of Koordinator's root quota; its `max` is the cluster capacity.
-pub const ROOT_QUOTA_NAME: &str = "koordinator-root-quota";
+pub const ROOT_QUOTA_NAME: &str = koord_queue_model::ROOT_QUOTA_NAME;
 
 /// Job annotation that holds kinds without a native suspend field; `"true"` = held.
 pub const SUSPEND_ANNOTATION: &str = "scheduling.x-k8s.io/suspend";

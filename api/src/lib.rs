@@ -16,5 +16,5 @@ pub mod write_ack;
 pub use elastic_quota::{ElasticQuota, ElasticQuotaSpec, ElasticQuotaStatus};
 pub use queue::{Queue, QueuePolicy, QueueSpec, QueueStatus};
 pub use queue_unit::{QueueUnit, QueueUnitPhase, QueueUnitSpec, QueueUnitStatus, WatchedUnit};
-pub use resources::Resources;
+pub use resources::{ResourceListExt, Resources};
 pub use write_ack::WriteAck;

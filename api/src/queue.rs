@@ -8,27 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How a queue treats a unit that does not fit right now.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum QueuePolicy {
-    /// Best effort: a unit that does not fit is skipped and the next one is tried.
-    #[default]
-    Priority,
-    /// Strict order: the first unit that does not fit blocks the rest of the queue
-    /// until something changes; nothing overtakes it.
-    Block,
-}
-
-impl QueuePolicy {
-    /// Parses the value of the `koord-queue/queue-policy` label (case-insensitive).
-    pub fn from_label(value: &str) -> Option<Self> {
-        match value.to_ascii_lowercase().as_str() {
-            "priority" => Some(Self::Priority),
-            "block" => Some(Self::Block),
-            _ => None,
-        }
-    }
-}
+pub use koord_queue_model::QueuePolicy;
 
 /// How the queue is served.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

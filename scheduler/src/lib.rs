@@ -1,9 +1,10 @@
 //! Koord-Queue scheduler.
 //!
-//! [`core`] is the pure decision core: queues, units, the elastic quota tree
-//! and the plugin-driven scheduling cycle, with no I/O.
+//! [`core`] is the pure decision core (the `koord-queue-core` crate):
+//! queues, units, the elastic quota tree and the plugin-driven scheduling
+//! cycle, with no I/O.
 
-pub mod core;
+pub use koord_queue_core as core;
 
 mod app;
 mod args;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ResourceQuota;
+use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase, QueueUnitStatus};
 use koord_queue_api::{ElasticQuota, Queue, QueueUnit, Resources, keys};
 use kube::api::{Api, Patch, PatchParams, PostParams};

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::jobs;
 use koord_queue_api::keys;
 use koord_queue_api::{ElasticQuota, QueueUnit, Resources};

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::{JobAdapter, total_resources};
 use crate::queue_unit::{PodSet, QueueUnit, QueueUnitSpec};
+use crate::resources::ResourceListExt as _;
 
 /// What admission decided about a job besides its spec.
 #[derive(Clone, Debug)]

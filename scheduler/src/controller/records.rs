@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::jobs::{self, JobAdapter, JobState};
 use koord_queue_api::queue_unit::QueueUnitPhase;

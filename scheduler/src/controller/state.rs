@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::jobs::JobState;
 use koord_queue_api::queue::QueueItemDetail;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, CheckState, QueueUnitPhase};

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
+use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_api::{QueueUnit, Resources};
 use kube::api::Api;

@@ -1,0 +1,211 @@
+//! What the controller tells the core about the cluster: queues, units,
+//! quotas and the root capacity. These are plain values built from the API
+//! objects; the core interns their names and keeps its own compact copy.
+
+use std::collections::BTreeMap;
+
+use koord_queue_model::{QueuePolicy, Resources};
+
+/// A queue (a `Queue` object in the system namespace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueDef {
+    /// Name of the queue.
+    pub name: String,
+    /// Serving priority (`spec.priority`): higher queues are served first.
+    pub priority: i32,
+    /// What happens to a unit that does not fit.
+    pub policy: QueuePolicy,
+    /// Whether guaranteed units of this queue may reclaim quota borrowed by
+    /// others (design §4.4). When off, they wait until the borrowed quota
+    /// is freed by itself.
+    pub reclaim: bool,
+}
+
+impl QueueDef {
+    /// A queue with priority 0, the `Priority` policy and reclaim enabled.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            priority: 0,
+            policy: QueuePolicy::Priority,
+            reclaim: true,
+        }
+    }
+
+    /// The same queue with serving priority `priority`.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The same queue with policy `policy`.
+    pub fn with_policy(mut self, policy: QueuePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The same queue with reclaim switched on or off.
+    pub fn with_reclaim(mut self, reclaim: bool) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+}
+
+/// A queue unit: one job's need and where it waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitDef {
+    /// Namespace of the unit (the job's namespace).
+    pub namespace: String,
+    /// Name of the unit.
+    pub name: String,
+    /// The queue named in the unit's spec; used when no mapping plugin
+    /// chooses one. Empty means none.
+    pub queue: String,
+    /// Priority of the job (higher first within a queue).
+    pub priority: i32,
+    /// Creation time of the unit, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// Total resources of the job.
+    pub request: Resources,
+    /// The leaf quota the job is charged to, if any.
+    pub quota: Option<String>,
+    /// Labels of the unit, for mapping and sorting plugins.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl UnitDef {
+    /// A unit of priority 0 created at time 0 in no queue and no quota.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            queue: String::new(),
+            priority: 0,
+            created_ms: 0,
+            request: Resources::new(),
+            quota: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The unit's key, `namespace/name`, by which the core knows it.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The same unit charged to quota `quota`.
+    pub fn with_quota(mut self, quota: impl Into<String>) -> Self {
+        self.quota = Some(quota.into());
+        self
+    }
+
+    /// The same unit naming queue `queue` in its spec.
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The same unit with priority `priority`.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The same unit created at `created_ms`.
+    pub fn created_at(mut self, created_ms: i64) -> Self {
+        self.created_ms = created_ms;
+        self
+    }
+
+    /// The same unit requesting `amount` of `resource` (cpu in millicores).
+    pub fn requesting(mut self, resource: &str, amount: i64) -> Self {
+        self.request.set(resource, amount);
+        self
+    }
+}
+
+/// A node of the quota tree (an `ElasticQuota`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaDef {
+    /// Name of the quota.
+    pub name: String,
+    /// Parent quota; `None` (or the root quota's name) means the root.
+    pub parent: Option<String>,
+    /// Guaranteed resources (absent resources: 0).
+    pub min: Resources,
+    /// Ceiling of the subtree's usage; a resource absent here is unlimited at
+    /// this level.
+    pub max: Resources,
+    /// Whether this is an inner node: no job may be charged to it.
+    pub is_parent: bool,
+}
+
+impl QuotaDef {
+    /// A top-level leaf quota with no min and no max.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            parent: None,
+            min: Resources::new(),
+            max: Resources::new(),
+            is_parent: false,
+        }
+    }
+
+    /// The same quota under `parent`.
+    pub fn under(mut self, parent: impl Into<String>) -> Self {
+        self.parent = Some(parent.into());
+        self
+    }
+
+    /// The same quota marked as an inner node.
+    pub fn parent_node(mut self) -> Self {
+        self.is_parent = true;
+        self
+    }
+
+    /// The same quota with `min[resource] = amount`.
+    pub fn min(mut self, resource: &str, amount: i64) -> Self {
+        self.min.set(resource, amount);
+        self
+    }
+
+    /// The same quota with `max[resource] = amount`.
+    pub fn max(mut self, resource: &str, amount: i64) -> Self {
+        self.max.set(resource, amount);
+        self
+    }
+}
+
+/// The cluster's capacity: the ceiling of the root of the quota tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootCapacity {
+    /// No ceiling.
+    Unlimited,
+    /// At most these resources in use in total; a resource not named is not
+    /// limited by the capacity.
+    Limited(Resources),
+}
+
+/// Where the root capacity comes from, as configured in the `ElasticQuota`
+/// plugin's `rootCapacity` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CapacitySource {
+    /// The controller decides: the root quota's `max` if the root quota
+    /// exists, otherwise the allocatable of Ready nodes. Until it calls
+    /// [`Core::set_capacity`](super::Core::set_capacity) nothing is released.
+    Auto,
+    /// Configured as unlimited.
+    Unlimited,
+    /// Configured as a fixed value.
+    Fixed(Resources),
+}
+
+/// Number of units of a queue by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Units waiting.
+    pub pending: usize,
+    /// Units holding quota.
+    pub admitted: usize,
+}

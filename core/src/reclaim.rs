@@ -1,0 +1,1095 @@
+//! Reclaim of borrowed quota (design §4.4, rule 3).
+//!
+//! A unit is *guaranteed* when its leaf quota stays within its (effective)
+//! min with it. When a guaranteed unit does not fit under a quota's max or
+//! the cluster capacity only because other quotas use more than their min,
+//! the core picks *victims* among the units holding quota in those quotas —
+//! lowest priority first, then most recently released — taking a victim only
+//! while every quota between it and the shared limit is above its min, and
+//! only as many as make the unit fit. The controller re-suspends the victims
+//! and reports them freed ([`Core::remove_unit`] or [`Core::free`]); until
+//! then they still count as used, and the guaranteed unit waits for them.
+//!
+//! Which usage is borrowed:
+//! - only resources a quota governs (names in its min or max) are
+//!   guaranteed or borrowed there: a quota is "above its min" only for
+//!   those, a quota that does not govern a resource is passed through when
+//!   checking a victim's quotas, and a unit reclaims only for resources its
+//!   own quota governs (a unit stopped by, say, memory its CPU-only quota
+//!   does not guarantee just waits);
+//! - units charged to no quota have no min: all they hold is borrowed, and
+//!   they may be reclaimed for the capacity.
+//!
+//! Book-keeping, all of it incremental:
+//! - the quota tree keeps, next to each quota's usage, the part held by
+//!   units being reclaimed and the requests of guaranteed units waiting for
+//!   them (*promised*), so that planning sees the state once the reclaims
+//!   in flight are done and never reclaims the same room twice;
+//! - a *holder index* lists, for every quota, the units holding quota in its
+//!   subtree (and, apart, the units of no quota) in victim order. Picking
+//!   merges the lists of the quotas beside the guaranteed unit's path, drops
+//!   a list whose quota is at its min and splits one whose child is, so it
+//!   reads little more than the victims it takes;
+//! - while a guaranteed unit waits for reclaimed resources, borrowing of
+//!   those resources under the quota where it is short (or anywhere, for the
+//!   capacity) is paused, so that what is reclaimed is not borrowed again.
+//!   The pause is a limit ([`Blocker::Reclaim`]) like the others: units it
+//!   stops are looked at again when it ends.
+//!
+//! A victim released earlier in the same cycle has not been written yet: it
+//! is taken back (its decision is withdrawn, it waits in line again) instead
+//! of being reclaimed, and the guaranteed unit is usually released at once.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use koord_queue_model::Resources;
+
+use super::amounts::{ResVec, UNLIMITED};
+use super::cycle::{Pass, Verdict};
+use super::engine::{Core, CoreError};
+use super::ids::{Id, IdHash, QueueId, QuotaId, ResId, UnitId};
+use super::plugins::elastic_quota;
+use super::quota_tree::QuotaTree;
+use super::reason::{Blocker, WaitReason};
+use super::units::{Stamp, UnitEntry, UnitState, Units};
+
+/// A unit chosen to give its quota back for a guaranteed unit. The core
+/// keeps counting what it holds until the controller reports it freed
+/// ([`Core::remove_unit`] or [`Core::free`] once its job is re-suspended),
+/// or puts it back with [`Core::cancel_reclaim`] if that cannot be done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reclaim {
+    /// The unit to re-suspend, `namespace/name`.
+    pub victim: Arc<str>,
+    /// The quota it is charged to (which uses more than its min); `None`
+    /// for a unit charged to no quota (nothing of it is guaranteed).
+    pub quota: Option<Arc<str>>,
+    /// What it holds.
+    pub resources: Resources,
+    /// The guaranteed unit that waits for these resources, `namespace/name`.
+    pub for_unit: Arc<str>,
+    /// That unit's quota.
+    pub for_quota: Arc<str>,
+}
+
+impl Reclaim {
+    /// A sentence for the victim's status and events.
+    pub fn message(&self) -> String {
+        let why = match &self.quota {
+            Some(q) => format!("quota {q} uses more than its min"),
+            None => "it is charged to no quota, so nothing of it is guaranteed".to_string(),
+        };
+        format!(
+            "reclaimed: {why}, and {} needs the resources within the guaranteed min of quota {}",
+            self.for_unit, self.for_quota
+        )
+    }
+}
+
+/// A unit being reclaimed, as [`Core::reclaims_in_flight`] lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimInFlight<'a> {
+    /// The unit being reclaimed.
+    pub victim: &'a str,
+    /// The guaranteed unit waiting for it (`None` once that unit no longer
+    /// waits for it: released, removed or changed).
+    pub for_unit: Option<&'a str>,
+}
+
+/// A holding unit's place in the victim order: lowest priority first, then
+/// most recently released, then by id for a stable order. It carries the
+/// unit's quota so that candidates in quotas that cannot give anything are
+/// passed over without reading the unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct VictimKey {
+    priority: i32,
+    since: Reverse<Stamp>,
+    id: UnitId,
+    quota: Option<QuotaId>,
+}
+
+impl VictimKey {
+    pub fn of(u: &UnitEntry, id: UnitId, since: Stamp) -> Self {
+        Self {
+            priority: u.priority,
+            since: Reverse(since),
+            id,
+            quota: u.quota,
+        }
+    }
+}
+
+/// Holding units (not being reclaimed) in victim order: listed under every
+/// quota of their quota's path, or with the units of no quota.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HolderIndex {
+    by_quota: Vec<BTreeSet<VictimKey>>,
+    no_quota: BTreeSet<VictimKey>,
+}
+
+/// Where the candidates of one part of a reclaim's search come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The units under a quota (its subtree).
+    Quota(QuotaId),
+    /// The units of no quota.
+    NoQuota,
+}
+
+impl HolderIndex {
+    /// The quotas a unit of `quota` is listed under (a unit whose quota has
+    /// no path is listed under its quota only, where no reclaim looks).
+    fn places<'t>(tree: &'t QuotaTree, quota: &'t QuotaId) -> &'t [QuotaId] {
+        tree.path(*quota)
+            .unwrap_or_else(|_| std::slice::from_ref(quota))
+    }
+
+    pub fn insert(&mut self, tree: &QuotaTree, key: VictimKey) {
+        let Some(quota) = &key.quota else {
+            self.no_quota.insert(key);
+            return;
+        };
+        for q in Self::places(tree, quota) {
+            while self.by_quota.len() <= q.index() {
+                self.by_quota.push(BTreeSet::new());
+            }
+            self.by_quota[q.index()].insert(key);
+        }
+    }
+
+    pub fn remove(&mut self, tree: &QuotaTree, key: &VictimKey) {
+        let Some(quota) = &key.quota else {
+            self.no_quota.remove(key);
+            return;
+        };
+        for q in Self::places(tree, quota) {
+            if let Some(set) = self.by_quota.get_mut(q.index()) {
+                set.remove(key);
+            }
+        }
+    }
+
+    fn set(&self, source: Source) -> Option<&BTreeSet<VictimKey>> {
+        match source {
+            Source::NoQuota => Some(&self.no_quota),
+            Source::Quota(q) => self.by_quota.get(q.index()),
+        }
+    }
+
+    /// The first candidate of `source` after `after` (from the start: `None`).
+    fn next(&self, source: Source, after: Option<&VictimKey>) -> Option<VictimKey> {
+        let set = self.set(source)?;
+        match after {
+            None => set.first().copied(),
+            Some(k) => set
+                .range((Bound::Excluded(*k), Bound::Unbounded))
+                .next()
+                .copied(),
+        }
+    }
+
+    /// Lists every holding unit that is not being reclaimed again, after
+    /// the tree changed shape (paths changed).
+    fn rebuild(
+        &mut self,
+        units: &Units,
+        tree: &QuotaTree,
+        victims: &HashMap<UnitId, Option<UnitId>, IdHash>,
+    ) {
+        self.by_quota.clear();
+        self.no_quota.clear();
+        for (id, u) in units.iter_ids() {
+            if let Some((_, since)) = u.holding()
+                && !victims.contains_key(&id)
+            {
+                self.insert(tree, VictimKey::of(u, id, since));
+            }
+        }
+    }
+}
+
+/// A guaranteed unit waiting for reclaimed resources.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    /// Victims reclaimed for it that still hold their resources.
+    pub victims: Vec<UnitId>,
+    /// Its quota and request, counted as promised on the quota path.
+    quota: Option<QuotaId>,
+    promised: ResVec,
+    /// Where borrowing is paused for it: (quota or cluster, resource).
+    pauses: Vec<(Option<QuotaId>, ResId)>,
+}
+
+/// The reclaim book-keeping of the core.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ReclaimState {
+    /// Sequence number of the next release.
+    next_seq: u64,
+    /// The latest release time reported by the controller.
+    latest_ms: i64,
+    /// First sequence number of the running cycle: units with a later one
+    /// were released by this cycle and not written yet.
+    pub cycle_start: u64,
+    pub index: HolderIndex,
+    /// Units being reclaimed, with the unit waiting for them (if any still does).
+    pub victims: HashMap<UnitId, Option<UnitId>, IdHash>,
+    /// Guaranteed units waiting for reclaimed resources.
+    pub plans: HashMap<UnitId, Plan, IdHash>,
+    /// Guaranteed units that no reclaim could make fit: tried again when
+    /// borrowing may have grown (`stale`).
+    pub retry: HashSet<UnitId, IdHash>,
+    pub stale: bool,
+    /// Queues with units judged to borrow, by their quota: when the quota
+    /// gets room under its min again they may be guaranteed now.
+    pub watch: HashMap<QuotaId, HashSet<QueueId, IdHash>, IdHash>,
+    /// Quotas whose usage dropped (to check for room under their min).
+    pub room_check: Vec<QuotaId>,
+    /// Waiting units to look at again in the next pass.
+    pub touch: Vec<UnitId>,
+    /// Units taken back in this cycle, to put back in their queue.
+    pub requeue: Vec<UnitId>,
+    /// Decisions of this cycle withdrawn (by index).
+    pub withdrawn: Vec<usize>,
+    /// Units released in this cycle into room taken back for them: they are
+    /// not taken back in turn (two units each holding what the other's
+    /// guarantee needs would otherwise swap places pass after pass).
+    pub made_room: HashSet<UnitId, IdHash>,
+    /// Those of them that hold quota, not in the holder index yet.
+    pub unlisted: Vec<UnitId>,
+}
+
+impl ReclaimState {
+    /// The stamp of a release happening now.
+    pub fn now(&mut self) -> Stamp {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Stamp {
+            ms: self.latest_ms,
+            seq,
+        }
+    }
+
+    /// The stamp of a release at `ms` (reported by the controller).
+    pub fn at(&mut self, ms: i64) -> Stamp {
+        self.latest_ms = self.latest_ms.max(ms);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Stamp { ms, seq }
+    }
+
+    /// The sequence number the next release will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Whether a pass of the cycle has work left that only reclaim created.
+    pub fn has_pending(&self) -> bool {
+        (self.stale && !self.retry.is_empty())
+            || !self.room_check.is_empty()
+            || !self.touch.is_empty()
+    }
+
+    /// Forgets the plan of `id`: its request is no longer promised and the
+    /// pauses it held are lifted (recorded in `relaxed`). Its victims stay
+    /// in flight, waiting for nobody.
+    pub fn drop_plan(
+        &mut self,
+        id: UnitId,
+        tree: &mut QuotaTree,
+        relaxed: &mut HashSet<Blocker>,
+    ) -> Option<Plan> {
+        let plan = self.plans.remove(&id)?;
+        tree.mark_promised(plan.quota, &plan.promised, false);
+        for &(scope, k) in &plan.pauses {
+            if tree.add_waiters(scope, k, -1) {
+                relaxed.insert(Blocker::Reclaim(scope, k));
+            }
+        }
+        for v in &plan.victims {
+            if let Some(waiting) = self.victims.get_mut(v) {
+                *waiting = None;
+            }
+        }
+        if let Some(q) = plan.quota {
+            // Less is promised in its quota: others there may be within the min now.
+            self.room_check.push(q);
+        }
+        Some(plan)
+    }
+
+    /// Lists a unit that starts holding quota (or is no longer reclaimed).
+    pub fn list(&mut self, tree: &QuotaTree, id: UnitId, u: &UnitEntry) {
+        if let Some((_, since)) = u.holding() {
+            self.index.insert(tree, VictimKey::of(u, id, since));
+        }
+    }
+
+    /// Unlists a holding unit (it stops holding, or is being reclaimed).
+    pub fn unlist(&mut self, tree: &QuotaTree, id: UnitId, u: &UnitEntry) {
+        if let Some((_, since)) = u.holding() {
+            self.index.remove(tree, &VictimKey::of(u, id, since));
+        }
+    }
+}
+
+/// What became of a guaranteed unit's reclaim.
+pub(crate) enum Outcome {
+    /// Units released in this cycle were taken back: it fits now.
+    Fits,
+    /// It waits for reclaimed resources, with this reason.
+    Waits(WaitReason),
+    /// No reclaim can make it fit now; try again when borrowing changes.
+    Impossible(WaitReason),
+    /// Something other than quota stops it.
+    Other(WaitReason),
+}
+
+/// A limit on the guaranteed unit's path it does not fit under.
+#[derive(Clone, Copy, Debug)]
+struct Deficit {
+    /// The quota (`None`: the cluster capacity).
+    at: Option<QuotaId>,
+    resource: ResId,
+    /// What is missing once the reclaims in flight are done.
+    left: i64,
+}
+
+/// Resources already picked in this plan, by quota.
+#[derive(Default)]
+struct Picked(Vec<(QuotaId, ResId, i64)>);
+
+impl Picked {
+    fn get(&self, q: QuotaId, k: ResId) -> i64 {
+        self.0
+            .iter()
+            .find(|(a, b, _)| *a == q && *b == k)
+            .map_or(0, |(_, _, v)| *v)
+    }
+
+    fn add(&mut self, q: QuotaId, k: ResId, v: i64) {
+        match self.0.iter_mut().find(|(a, b, _)| *a == q && *b == k) {
+            Some((_, _, x)) => *x = x.saturating_add(v),
+            None => self.0.push((q, k, v)),
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// A waiting unit was rejected by the filters with `reason`: the verdict,
+    /// after reclaim was considered for it.
+    pub(crate) fn after_rejection(&mut self, id: UnitId, reason: WaitReason) -> Verdict {
+        let outstanding = self.reclaim.plans.get(&id).map(|p| p.victims.len());
+        if !reason.is_quota_limit() {
+            if outstanding.is_some() {
+                self.reclaim
+                    .drop_plan(id, &mut self.state.quotas, self.relaxed);
+            }
+            return Verdict::Blocked(reason);
+        }
+        if let Some(n) = outstanding {
+            if n > 0
+                && let Some(shortfall) = reason.shortfall()
+            {
+                return Verdict::Blocked(WaitReason::Reclaiming {
+                    shortfall: shortfall.clone(),
+                    victims: n,
+                });
+            }
+            // What was reclaimed for it is free, yet it does not fit (the
+            // room went to others, or limits changed): plan afresh.
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, self.relaxed);
+        }
+        let Some(u) = self.units.get(id) else {
+            return Verdict::Blocked(reason);
+        };
+        if !self
+            .state
+            .quotas
+            .is_guaranteed_projected(u.quota, &u.request)
+        {
+            // A borrowing unit never triggers reclaim.
+            return Verdict::Blocked(reason);
+        }
+        if !self.reclaim_on {
+            let borrowed = match &reason {
+                WaitReason::QuotaMax {
+                    borrowed_by_others, ..
+                }
+                | WaitReason::Capacity {
+                    borrowed_by_others, ..
+                } => *borrowed_by_others,
+                _ => 0,
+            };
+            return match (reason.shortfall(), borrowed > 0) {
+                (Some(shortfall), true) => Verdict::Blocked(WaitReason::ReclaimOff {
+                    shortfall: shortfall.clone(),
+                    borrowed_by_others: borrowed,
+                    queue: Arc::clone(&self.queue_name),
+                }),
+                _ => Verdict::Blocked(reason),
+            };
+        }
+        match self.plan(id, reason) {
+            Outcome::Fits => {
+                self.reclaim.retry.remove(&id);
+                self.reclaim.made_room.insert(id);
+                Verdict::Fits
+            }
+            Outcome::Waits(r) => {
+                self.reclaim.retry.remove(&id);
+                Verdict::Blocked(r)
+            }
+            Outcome::Impossible(r) => {
+                self.reclaim.retry.insert(id);
+                Verdict::Blocked(r)
+            }
+            Outcome::Other(r) => Verdict::Blocked(r),
+        }
+    }
+
+    /// Whether a unit that passed the filters must wait because it borrows
+    /// what guaranteed units wait for; the reason if so.
+    pub(crate) fn paused(&self, id: UnitId) -> Option<WaitReason> {
+        let tree = &self.state.quotas;
+        if !tree.has_waiters() || self.reclaim.plans.contains_key(&id) {
+            return None;
+        }
+        let u = self.units.get(id)?;
+        let path: &[QuotaId] = match u.quota {
+            Some(q) => tree.path(q).unwrap_or(&[]),
+            None => &[],
+        };
+        for (k, r) in u.request.iter() {
+            let (used, min) = match u.quota {
+                Some(l) => (tree.projected(l, k), tree.min_effective(l, k)),
+                None => (0, 0),
+            };
+            if let Some(l) = u.quota
+                && (used.saturating_add(r) <= min || !tree.governs(l, k))
+            {
+                // Within its min for this resource, or a resource its quota
+                // does not govern: not borrowing it.
+                continue;
+            }
+            let scopes = path.iter().map(|a| Some(*a)).chain([None]);
+            for scope in scopes {
+                if tree.waiters(scope, k) > 0 {
+                    return Some(WaitReason::BorrowingPaused {
+                        quota: u.quota.map(|q| tree.name(q).clone()),
+                        resource: self.state.resource_name(k).clone(),
+                        used,
+                        requested: r,
+                        min,
+                        scope: scope.map(|s| tree.name(s).clone()),
+                        blocker: Blocker::Reclaim(scope, k),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Plans a reclaim for guaranteed unit `id`, stopped by quota `reason`.
+    fn plan(&mut self, id: UnitId, reason: WaitReason) -> Outcome {
+        let Some(u) = self.units.get(id) else {
+            return Outcome::Other(reason);
+        };
+        // Reclaim only makes room under quota limits: if another filter
+        // stops the unit anyway, taking from others would not help it.
+        if let Err(other) =
+            self.framework
+                .filter_except(elastic_quota::NAME, &u.as_ref(), self.state)
+        {
+            return Outcome::Other(other);
+        }
+        let tree = &self.state.quotas;
+        let Some(leaf) = u.quota else {
+            return Outcome::Impossible(reason);
+        };
+        let Ok(path) = tree.path(leaf) else {
+            return Outcome::Impossible(reason);
+        };
+        // What is missing under each limit, now and once the reclaims in
+        // flight are done (promised room included).
+        let mut deficits: Vec<Deficit> = Vec::new();
+        let mut pauses: Vec<(Option<QuotaId>, ResId)> = Vec::new();
+        let mut note = |at: Option<QuotaId>, k: ResId, real: i64, projected: i64| {
+            if projected > 0 {
+                deficits.push(Deficit {
+                    at,
+                    resource: k,
+                    left: projected,
+                });
+            }
+            if real > 0 || projected > 0 {
+                // The topmost limit per resource is where borrowing pauses.
+                match pauses.iter_mut().find(|(_, r)| *r == k) {
+                    Some(p) => p.0 = at,
+                    None => pauses.push((at, k)),
+                }
+            }
+        };
+        for &a in path {
+            for (k, r) in u.request.iter() {
+                let max = tree.max(a, k);
+                if max == UNLIMITED {
+                    continue;
+                }
+                let real = tree.used(a, k).saturating_add(r).saturating_sub(max);
+                let projected = tree.projected(a, k).saturating_add(r).saturating_sub(max);
+                if a == leaf && projected > 0 {
+                    // Its own max, even once the reclaims in flight there are
+                    // done: no other quota's units can make room there.
+                    return Outcome::Impossible(reason);
+                }
+                if (real > 0 || projected > 0) && !tree.governs(leaf, k) {
+                    // Short of something its quota does not guarantee.
+                    return Outcome::Impossible(reason);
+                }
+                note(Some(a), k, real, projected);
+            }
+        }
+        for (k, r) in u.request.iter() {
+            let Some(cap) = tree.capacity_of(k) else {
+                return Outcome::Impossible(reason);
+            };
+            if cap == UNLIMITED {
+                continue;
+            }
+            let real = tree.root_used(k).saturating_add(r).saturating_sub(cap);
+            let projected = tree.root_projected(k).saturating_add(r).saturating_sub(cap);
+            if (real > 0 || projected > 0) && !tree.governs(leaf, k) {
+                return Outcome::Impossible(reason);
+            }
+            note(None, k, real, projected);
+        }
+        if pauses.is_empty() {
+            return Outcome::Impossible(reason);
+        }
+        let picks = if deficits.is_empty() {
+            // Reclaims in flight for others free enough for it too.
+            Vec::new()
+        } else {
+            if !self.may_cover(path, &deficits) {
+                return Outcome::Impossible(reason);
+            }
+            match self.pick(id, path, &mut deficits) {
+                Some(picks) => picks,
+                None => return Outcome::Impossible(reason),
+            }
+        };
+        self.commit(id, reason, picks, pauses)
+    }
+
+    /// A quick necessary condition: under each limit short of room, the
+    /// quotas beside the unit's path that use more than their min hold at
+    /// least what is missing.
+    fn may_cover(&self, path: &[QuotaId], deficits: &[Deficit]) -> bool {
+        let tree = &self.state.quotas;
+        deficits.iter().all(|d| {
+            // The path quotas whose other children's units free room under d.
+            let top = match d.at {
+                None => path.len(),
+                Some(a) => path.iter().position(|x| *x == a).unwrap_or(0),
+            };
+            let k = d.resource;
+            let mut levels: Vec<Option<QuotaId>> = path[1..=top.min(path.len() - 1)]
+                .iter()
+                .map(|a| Some(*a))
+                .collect();
+            if d.at.is_none() {
+                levels.push(None);
+            }
+            let mut available = 0i64;
+            if d.at.is_none() {
+                // Units of no quota (bounded by what the top-level quotas
+                // do not account for).
+                let top: i64 = tree
+                    .children(None)
+                    .iter()
+                    .map(|c| tree.kept(*c, k))
+                    .fold(0, i64::saturating_add);
+                available = tree.root_kept(k).saturating_sub(top).max(0);
+            }
+            for (i, level) in levels.iter().enumerate() {
+                let on_path = path.get(i).copied();
+                for &c in tree.children(*level) {
+                    if Some(c) == on_path {
+                        continue;
+                    }
+                    let kept = tree.kept(c, k);
+                    if kept > tree.min_effective(c, k) {
+                        available = available.saturating_add(kept);
+                    }
+                }
+            }
+            available >= d.left
+        })
+    }
+
+    /// Picks victims until nothing is missing, in victim order. `None` if
+    /// the candidates do not suffice.
+    ///
+    /// The candidates are the units under the quotas beside the unit's path
+    /// (the other children of the path's quotas, up to the highest limit
+    /// short of room) and, for the capacity, the units of no quota. They are
+    /// merged in victim order; a quota of that frontier found at or below
+    /// its min is dropped whole, and one with a child at or below its min is
+    /// split into its children, so that what cannot be taken is not read
+    /// unit by unit.
+    fn pick(&self, id: UnitId, path: &[QuotaId], deficits: &mut [Deficit]) -> Option<Vec<UnitId>> {
+        let tree = &self.state.quotas;
+        let index = &self.reclaim.index;
+        // The path's quotas whose other children may give: up to the
+        // highest one short of room, or all of them and the top level for
+        // the capacity.
+        let capacity = deficits.iter().any(|d| d.at.is_none());
+        let highest = if capacity {
+            path.len().saturating_sub(1)
+        } else {
+            path.iter()
+                .rposition(|a| deficits.iter().any(|d| d.at == Some(*a)))
+                .unwrap_or(0)
+        };
+        let mut fronts: Vec<Source> = Vec::new();
+        for j in 1..=highest {
+            let on_path = path[j - 1];
+            for &c in tree.children(Some(path[j])) {
+                if c != on_path {
+                    fronts.push(Source::Quota(c));
+                }
+            }
+        }
+        if capacity {
+            let top = path.last().copied();
+            for &c in tree.children(None) {
+                if Some(c) != top {
+                    fronts.push(Source::Quota(c));
+                }
+            }
+            fronts.push(Source::NoQuota);
+        }
+        let mut picked = Picked::default();
+        // Quotas found at or below their min for everything still missing:
+        // nothing under them is taken in this plan (picks only lower usage).
+        let mut dead: Vec<QuotaId> = Vec::new();
+        // Whether quota `x` keeps the units under it from being taken for
+        // resource `k`: it governs `k` and is not above its min.
+        let holds_back = |x: QuotaId, k: ResId, picked: &Picked| {
+            tree.governs(x, k)
+                && tree.kept(x, k).saturating_sub(picked.get(x, k)) <= tree.min_effective(x, k)
+        };
+        let cannot_give = |deficits: &[Deficit], x: QuotaId, picked: &Picked| {
+            deficits
+                .iter()
+                .filter(|d| d.left > 0)
+                .all(|d| holds_back(x, d.resource, picked))
+        };
+        // Parts of the frontier that cannot give anything are not read.
+        fronts.retain(|f| match f {
+            Source::Quota(c) => !cannot_give(deficits, *c, &picked),
+            Source::NoQuota => true,
+        });
+        let mut alive = vec![true; fronts.len()];
+        let mut heap: BinaryHeap<Reverse<(VictimKey, usize)>> = fronts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| index.next(*f, None).map(|k| Reverse((k, i))))
+            .collect();
+        let own_queue = self.units.get(id).and_then(|u| u.queue);
+        let mut picks = Vec::new();
+        while let Some(Reverse((key, i))) = heap.pop() {
+            if !alive[i] {
+                continue;
+            }
+            let source = fronts[i];
+            // The victim's quotas below the lowest one it shares with the
+            // unit (a quota does not reclaim from itself or its ancestors).
+            let vpath: &[QuotaId] = match key.quota {
+                None => &[],
+                Some(m) => tree.path(m).unwrap_or(&[]),
+            };
+            let shared = vpath.iter().position(|x| path.contains(x));
+            let chain = &vpath[..shared.unwrap_or(vpath.len())];
+            if let Source::Quota(front) = source {
+                if dead.contains(&front) || cannot_give(deficits, front, &picked) {
+                    // Nothing under this part of the frontier can give.
+                    if !dead.contains(&front) {
+                        dead.push(front);
+                    }
+                    alive[i] = false;
+                    continue;
+                }
+                // A quota under the frontier's that cannot give: read its
+                // children separately (unless units are charged to the
+                // frontier's quota itself, which the split would lose).
+                if let Some(&below) = chain
+                    .iter()
+                    .take_while(|x| **x != front)
+                    .find(|x| dead.contains(x) || cannot_give(deficits, **x, &picked))
+                {
+                    if !dead.contains(&below) {
+                        dead.push(below);
+                    }
+                    if !tree.has_direct_usage(front) {
+                        alive[i] = false;
+                        for &c in tree.children(Some(front)) {
+                            let n = fronts.len();
+                            fronts.push(Source::Quota(c));
+                            alive.push(true);
+                            if let Some(k) = index.next(Source::Quota(c), Some(&key)) {
+                                heap.push(Reverse((k, n)));
+                            }
+                        }
+                        // This candidate is under `below`: not taken.
+                        continue;
+                    }
+                }
+            }
+            if let Some(k) = index.next(source, Some(&key)) {
+                heap.push(Reverse((k, i)));
+            }
+            if (key.quota.is_some() && chain.is_empty()) || chain.iter().any(|x| dead.contains(x)) {
+                continue;
+            }
+            let Some(v) = self.units.get(key.id) else {
+                continue;
+            };
+            let Some((amount, since)) = v.holding() else {
+                continue;
+            };
+            if since.seq >= self.reclaim.cycle_start && v.queue == own_queue {
+                // Released by this cycle in the queue being served: it
+                // cannot be taken back from here, and it is not written yet.
+                continue;
+            }
+            let covers = |d: &Deficit| match d.at {
+                None => true,
+                Some(a) => vpath.contains(&a),
+            };
+            // Above its min in `k` is every quota of the chain that governs
+            // `k`, and at least one does (or the unit has no quota at all).
+            let eligible = amount.iter().any(|(k, _)| {
+                deficits
+                    .iter()
+                    .any(|d| d.resource == k && d.left > 0 && covers(d))
+                    && chain.iter().all(|x| !holds_back(*x, k, &picked))
+                    && (key.quota.is_none() || chain.iter().any(|x| tree.governs(*x, k)))
+            });
+            if !eligible {
+                continue;
+            }
+            picks.push(key.id);
+            for (k, a) in amount.iter() {
+                for d in deficits.iter_mut() {
+                    if d.resource == k && covers(d) {
+                        d.left = d.left.saturating_sub(a);
+                    }
+                }
+                for x in vpath {
+                    picked.add(*x, k, a);
+                }
+            }
+            if deficits.iter().all(|d| d.left <= 0) {
+                return Some(picks);
+            }
+        }
+        None
+    }
+
+    /// Takes the picked victims: those released by this cycle are taken
+    /// back at once, the others are reported for the controller to
+    /// re-suspend. Then the unit either fits or waits for them.
+    fn commit(
+        &mut self,
+        id: UnitId,
+        reason: WaitReason,
+        picks: Vec<UnitId>,
+        pauses: Vec<(Option<QuotaId>, ResId)>,
+    ) -> Outcome {
+        let mut in_flight = Vec::new();
+        let mut withdrew = false;
+        for v in picks {
+            let fresh = self
+                .units
+                .get(v)
+                .and_then(UnitEntry::holding)
+                .is_some_and(|(_, since)| since.seq >= self.reclaim.cycle_start);
+            if fresh {
+                self.withdraw(v);
+                withdrew = true;
+            } else {
+                in_flight.push(v);
+            }
+        }
+        let mut reason = reason;
+        if withdrew {
+            let Some(u) = self.units.get(id) else {
+                return Outcome::Other(reason);
+            };
+            match self.framework.filter(&u.as_ref(), self.state) {
+                Ok(()) => {
+                    // It fits in what was taken back; anything also taken
+                    // from earlier releases frees room for the others
+                    // counted in the plan (waiting for nobody).
+                    for v in in_flight {
+                        self.mark_victim(v, None, id);
+                    }
+                    return Outcome::Fits;
+                }
+                Err(r) if r.is_quota_limit() => reason = r,
+                Err(r) => return Outcome::Other(r),
+            }
+        }
+        let Some(shortfall) = reason.shortfall().cloned() else {
+            return Outcome::Other(reason);
+        };
+        for &v in &in_flight {
+            self.mark_victim(v, Some(id), id);
+        }
+        let Some(u) = self.units.get(id) else {
+            return Outcome::Other(reason);
+        };
+        let tree = &mut self.state.quotas;
+        tree.mark_promised(u.quota, &u.request, true);
+        for &(scope, k) in &pauses {
+            tree.add_waiters(scope, k, 1);
+        }
+        let victims = in_flight.len();
+        self.reclaim.plans.insert(
+            id,
+            Plan {
+                victims: in_flight,
+                quota: u.quota,
+                promised: u.request.clone(),
+                pauses,
+            },
+        );
+        Outcome::Waits(WaitReason::Reclaiming { shortfall, victims })
+    }
+
+    /// Marks holding unit `v` as being reclaimed for `waiting` (reported as
+    /// reclaimed for `for_unit`).
+    fn mark_victim(&mut self, v: UnitId, waiting: Option<UnitId>, for_unit: UnitId) {
+        let Some(u) = self.units.get(v) else {
+            return;
+        };
+        let Some((amount, _)) = u.holding() else {
+            return;
+        };
+        self.reclaim.unlist(&self.state.quotas, v, u);
+        self.reclaim.victims.insert(v, waiting);
+        self.state.quotas.mark_reclaiming(u.quota, amount, true);
+        if let Some(q) = u.quota {
+            self.reclaim.room_check.push(q);
+        }
+        let tree = &self.state.quotas;
+        let (for_key, for_quota) = self.units.get(for_unit).map_or_else(
+            || (Arc::from(""), Arc::from("")),
+            |f| {
+                let quota = f
+                    .quota
+                    .map_or_else(|| Arc::from(""), |q| tree.name(q).clone());
+                (Arc::clone(&f.key), quota)
+            },
+        );
+        self.out.reclaims.push(Reclaim {
+            victim: Arc::clone(&u.key),
+            quota: u.quota.map(|q| tree.name(q).clone()),
+            resources: amount.to_resources(&self.state.resources),
+            for_unit: for_key,
+            for_quota,
+        });
+    }
+
+    /// Takes back unit `v`, released earlier in this cycle: its decision is
+    /// withdrawn and it waits again (put back in its queue after the
+    /// current queue is done).
+    fn withdraw(&mut self, v: UnitId) {
+        let Some(u) = self.units.get_mut(v) else {
+            return;
+        };
+        let UnitState::Holding { amount, since, .. } = &u.state else {
+            return;
+        };
+        let (amount, since) = (amount.clone(), *since);
+        self.reclaim.unlist(&self.state.quotas, v, u);
+        self.framework
+            .unreserve(&u.as_ref_with(&amount), &amount, self.state);
+        u.state = UnitState::Waiting {
+            reason: None,
+            trusted: 0,
+        };
+        let index = since.seq.saturating_sub(self.reclaim.cycle_start);
+        self.reclaim
+            .withdrawn
+            .push(usize::try_from(index).unwrap_or(usize::MAX));
+        self.reclaim.requeue.push(v);
+        if let Some(q) = u.quota {
+            self.reclaim.room_check.push(q);
+        }
+        super::engine::note_freed(self.relaxed, self.state, u.quota, u.namespace, &amount);
+    }
+}
+
+impl Core {
+    /// Puts back a unit chosen as a victim whose re-suspension could not be
+    /// written: it holds its quota as before and may be chosen again; the
+    /// guaranteed unit it was reclaimed for plans again in the next cycle.
+    pub fn cancel_reclaim(&mut self, key: &str) -> Result<(), CoreError> {
+        let id = self
+            .units
+            .lookup(key)
+            .ok_or_else(|| CoreError::UnknownUnit(key.to_string()))?;
+        let waiting = self
+            .reclaim
+            .victims
+            .remove(&id)
+            .ok_or_else(|| CoreError::NotReclaimed(key.to_string()))?;
+        if let Some(u) = self.units.get(id)
+            && let Some((amount, _)) = u.holding()
+        {
+            self.state.quotas.mark_reclaiming(u.quota, amount, false);
+            self.reclaim.list(&self.state.quotas, id, u);
+        }
+        if let Some(w) = waiting {
+            self.reclaim
+                .drop_plan(w, &mut self.state.quotas, &mut self.relaxed);
+            self.reclaim.touch.push(w);
+        }
+        self.wake_idle_plans();
+        self.reclaim.stale = true;
+        Ok(())
+    }
+
+    /// Whether unit `key` is being reclaimed (chosen as a victim, not freed yet).
+    pub fn is_being_reclaimed(&self, key: &str) -> bool {
+        self.units
+            .lookup(key)
+            .is_some_and(|id| self.reclaim.victims.contains_key(&id))
+    }
+
+    /// The units being reclaimed, and who waits for each.
+    pub fn reclaims_in_flight(&self) -> impl Iterator<Item = ReclaimInFlight<'_>> {
+        self.reclaim.victims.iter().filter_map(|(v, w)| {
+            Some(ReclaimInFlight {
+                victim: &self.units.get(*v)?.key,
+                for_unit: w.and_then(|w| self.units.get(w)).map(|u| &*u.key),
+            })
+        })
+    }
+
+    /// A victim stopped holding for good (its job was re-suspended, or it
+    /// finished): the unit waiting for it is looked at again in the next
+    /// cycle (released if it fits, otherwise its reason gets the new figures
+    /// and the number of victims left).
+    pub(crate) fn victim_freed(&mut self, victim: UnitId, waiting: Option<UnitId>) {
+        if let Some(w) = waiting
+            && let Some(plan) = self.reclaim.plans.get_mut(&w)
+        {
+            plan.victims.retain(|v| *v != victim);
+            self.reclaim.touch.push(w);
+        }
+        self.wake_idle_plans();
+    }
+
+    /// Units that wait only for reclaims made for others are looked at again
+    /// whenever one of those ends.
+    fn wake_idle_plans(&mut self) {
+        let idle = self
+            .reclaim
+            .plans
+            .iter()
+            .filter(|(_, p)| p.victims.is_empty())
+            .map(|(id, _)| *id);
+        self.reclaim.touch.extend(idle);
+    }
+
+    /// Work reclaim left for the next pass of a cycle: units to look at
+    /// again, quotas that got room under their min, guaranteed units to try
+    /// again now that borrowing may have grown.
+    pub(crate) fn reclaim_housekeeping(&mut self) {
+        if self.reclaim.stale {
+            self.reclaim.stale = false;
+            let retry: Vec<UnitId> = self.reclaim.retry.drain().collect();
+            self.reclaim.touch.extend(retry);
+        }
+        for id in std::mem::take(&mut self.reclaim.touch) {
+            if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
+                self.enqueue(id);
+            }
+        }
+        let mut checked: Vec<QuotaId> = Vec::new();
+        for q in std::mem::take(&mut self.reclaim.room_check) {
+            if checked.contains(&q) {
+                continue;
+            }
+            checked.push(q);
+            if !self.state.quotas.has_room_under_min(q) {
+                continue;
+            }
+            let Some(watchers) = self.reclaim.watch.get(&q) else {
+                continue;
+            };
+            for &queue in watchers {
+                if let Some(e) = self.queues.get_mut(queue) {
+                    e.dirty = super::queues::Dirty::Forced;
+                }
+            }
+        }
+    }
+
+    /// Min or capacity changed: guarantees may have changed anywhere.
+    pub(crate) fn reclaim_limits_changed(&mut self) {
+        self.reclaim.stale = true;
+        let quotas: Vec<QuotaId> = self.reclaim.watch.keys().copied().collect();
+        self.reclaim.room_check.extend(quotas);
+    }
+
+    /// The tree changed shape: plans are dropped (their units plan again,
+    /// counting what is already being reclaimed) and the holder index is
+    /// rebuilt along the new paths.
+    pub(crate) fn reclaim_restructured(&mut self) {
+        let planned: Vec<UnitId> = self.reclaim.plans.keys().copied().collect();
+        for id in planned {
+            self.reclaim
+                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);
+        }
+        let ReclaimState { index, victims, .. } = &mut self.reclaim;
+        index.rebuild(&self.units, &self.state.quotas, victims);
+        self.reclaim.stale = true;
+    }
+
+    /// At the end of a cycle: the units released into room taken back for
+    /// them join the holder index.
+    pub(crate) fn list_made_room(&mut self) {
+        for id in std::mem::take(&mut self.reclaim.unlisted) {
+            if let Some(u) = self.units.get(id)
+                && !self.reclaim.victims.contains_key(&id)
+            {
+                self.reclaim.list(&self.state.quotas, id, u);
+            }
+        }
+    }
+
+    /// After a queue was served: units taken back from other queues go back
+    /// in line.
+    pub(crate) fn requeue_withdrawn(&mut self) {
+        for id in std::mem::take(&mut self.reclaim.requeue) {
+            let Some(e) = self.units.get(id) else {
+                continue;
+            };
+            if !e.is_waiting() {
+                continue;
+            }
+            if let Some(entry) = e.queue.and_then(|q| self.queues.get_mut(q)) {
+                entry.admitted = entry.admitted.saturating_sub(1);
+            }
+            self.enqueue(id);
+        }
+    }
+}
