@@ -1,5 +1,5 @@
 //! Well-known labels, annotations and names shared by the webhook, the
-//! scheduler and users' manifests (design §2). Keep these identical to
+//! scheduler and users' manifests (architecture §2). Keep these identical to
 //! upstream Koord-Queue so existing manifests keep working.
 
 /// Group of the `Queue` and `QueueUnit` resources.

@@ -1,4 +1,4 @@
-//! `QueueUnit`: what one job needs and where it is in its lifecycle (design §3).
+//! `QueueUnit`: what one job needs and where it is in its lifecycle (architecture §3).
 //! The webhook creates it next to the job; the scheduler owns its status.
 
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ pub struct PodSet {
     pub template: PodTemplateSpec,
 }
 
-/// Where a unit is in its lifecycle (design §3).
+/// Where a unit is in its lifecycle (architecture §3).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
@@ -110,7 +110,7 @@ pub enum QueueUnitPhase {
 }
 
 impl QueueUnitPhase {
-    /// Whether a unit in this phase holds quota (design §3, rule 2).
+    /// Whether a unit in this phase holds quota (architecture §3, rule 2).
     pub fn holds_quota(self) -> bool {
         matches!(
             self,
@@ -131,7 +131,7 @@ impl QueueUnitPhase {
         matches!(self, Self::Succeed | Self::Failed)
     }
 
-    /// The standard conditions of a unit in this phase (design §3, Kueue's
+    /// The standard conditions of a unit in this phase (architecture §3, Kueue's
     /// names): QuotaReserved, Admitted, PodsReady, Finished and Evicted,
     /// `message` on those that are true, `evicted_reason` on Evicted when
     /// the phase evicts (TimeoutBackoff, SchedFailed), all dated `at`.

@@ -1,4 +1,4 @@
-//! Scheduling cycle benchmarks (design §9): a full cycle with 1k, 10k and
+//! Scheduling cycle benchmarks (architecture §9): a full cycle with 1k, 10k and
 //! 100k pending units under the synthetic 3-level quota tree, a full
 //! re-evaluation of a loaded steady state, and incremental cycles after one
 //! unit is added and after one unit finishes.

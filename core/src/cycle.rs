@@ -1,4 +1,4 @@
-//! The scheduling cycle (design §4.3): queues in MultiQueueSort order, units
+//! The scheduling cycle (architecture §4.3): queues in MultiQueueSort order, units
 //! of a queue in QueueSort order, as many releases as fit, usage accumulating
 //! within the cycle so that decisions never over-commit.
 //!

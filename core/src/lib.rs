@@ -1,4 +1,4 @@
-//! The pure decision core of the scheduler (design §4): given the queues,
+//! The pure decision core of the scheduler (architecture §4): given the queues,
 //! units, quota tree, capacity and what is already held, it decides which
 //! units to release and why the others wait. No I/O and no clock: the
 //! controller feeds it changes and applies its decisions.

@@ -16,7 +16,7 @@ pub struct QueueDef {
     /// What happens to a unit that does not fit.
     pub policy: QueuePolicy,
     /// Whether guaranteed units of this queue may reclaim quota borrowed by
-    /// others (design §4.4). When off, they wait until the borrowed quota
+    /// others (architecture §4.4). When off, they wait until the borrowed quota
     /// is freed by itself.
     pub reclaim: bool,
 }

@@ -1,4 +1,4 @@
-//! The extension points of the scheduling cycle (design §4.2), as traits.
+//! The extension points of the scheduling cycle (architecture §4.2), as traits.
 //!
 //! A plugin is one object that implements any number of extension points and
 //! says which through the `as_*` accessors of [`Plugin`]. The framework calls

@@ -1,4 +1,4 @@
-//! The elastic quota tree (design §4.4): nodes with min and max, the usage of
+//! The elastic quota tree (architecture §4.4): nodes with min and max, the usage of
 //! every subtree, the root capacity, and the effective (possibly scaled-down)
 //! mins with the warnings that explain the scaling.
 //!
@@ -44,7 +44,7 @@ pub enum Capacity {
 }
 
 /// The children's mins of a quota add up to more than its own min, so they
-/// are scaled down proportionally (design §4.4, validation).
+/// are scaled down proportionally (architecture §4.4, validation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MinWarning {
     /// The parent quota, or the root quota's name for the top level (whose

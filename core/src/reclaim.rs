@@ -1,4 +1,4 @@
-//! Reclaim of borrowed quota (design §4.4, rule 3).
+//! Reclaim of borrowed quota (architecture §4.4, rule 3).
 //!
 //! A unit is *guaranteed* when its leaf quota stays within its (effective)
 //! min with it. When a guaranteed unit does not fit under a quota's max or

@@ -1,4 +1,4 @@
-//! A synthetic cluster for the benchmarks and the memory probe (design §9):
+//! A synthetic cluster for the benchmarks and the memory probe (architecture §9):
 //! a 3-level quota tree of 10 parents × 10 middle quotas × 10 leaves, one
 //! Priority queue per leaf, and units of 1–4 cpu and 1–8 GiB spread over the
 //! first `queues` leaves. Every level's max binds somewhere: leaves (30 cpu),

@@ -11,7 +11,7 @@ use std::fmt;
 /// Kept as a vector sorted by name, with the common names static: the
 /// scheduler holds several per unit for 100,000 units, and a `BTreeMap`
 /// node plus a heap string per name costs ~400 bytes for `cpu` + `memory`
-/// where this costs ~70 (design §9).
+/// where this costs ~70 (architecture §9).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Resources(Vec<(Name, i64)>);
 

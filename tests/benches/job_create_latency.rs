@@ -1,5 +1,5 @@
 //! Job create latency through the real API server with the webhook in the
-//! path versus without it, measured in the same run (design §9 target:
+//! path versus without it, measured in the same run (architecture §9 target:
 //! ≤ 1.5×), and a burst of concurrent creates that must all be admitted.
 //!
 //!   cargo bench -p koord-queue-tests --bench job_create_latency -- [--jobs N] [--burst N] [--pause-ms N]

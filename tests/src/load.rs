@@ -1,5 +1,5 @@
 //! Bulk objects for benchmarks against a real API server: the synthetic
-//! 3-level quota tree of the scheduler's core benchmarks (design §9) and
+//! 3-level quota tree of the scheduler's core benchmarks (architecture §9) and
 //! held Jobs with the QueueUnits the webhook would have created for them,
 //! created with many requests in flight.
 

@@ -1,7 +1,7 @@
 //! Crashing and restarting the scheduler in the middle of reclaim, of
 //! admission checks and of strict dequeue (tier 2, kwok nodes of 32 CPU):
 //! the restarted scheduler rebuilds its state from the API alone, loses no
-//! job, never holds more than a quota allows and leaks no quota (design §3
+//! job, never holds more than a quota allows and leaks no quota (architecture §3
 //! rule 2).
 //!
 //! The tests take turns (one lock for the binary): each runs and crashes its

@@ -340,7 +340,7 @@ async fn deleted_jobs_free_quota_and_orphans_are_collected() {
 /// The webhook answered but its QueueUnit create never happened (it was
 /// killed with the create in its backlog): the scheduler creates the unit of
 /// the held job after the grace period, built from the job, and the job runs.
-/// A unit that existed and was deleted is not re-created (design §3 rule 3).
+/// A unit that existed and was deleted is not re-created (architecture §3 rule 3).
 #[tokio::test]
 async fn a_held_job_whose_unit_never_appeared_gets_one() {
     let cp = setup().await;

@@ -1,5 +1,5 @@
 //! In-process admission decision for a Job review: decode → decide → patch →
-//! encode, with the QueueUnit create answered in memory. Target (design §9):
+//! encode, with the QueueUnit create answered in memory. Target (architecture §9):
 //! median ≤ 50 µs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

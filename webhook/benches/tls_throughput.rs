@@ -1,5 +1,5 @@
 //! Reviews per second over TLS on loopback with keep-alive, the QueueUnit
-//! create answered in memory. Target (design §9): ≥ 10,000 reviews/s on this
+//! create answered in memory. Target (architecture §9): ≥ 10,000 reviews/s on this
 //! 2-core machine. Prints a report; `--seconds N --connections N` tune it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,5 @@
 //! The admission decision, as pure functions of the request, the cluster view
-//! and the policy (design §6, docs/security.md). What needs a read of the API
+//! and the policy (architecture §6, docs/security.md). What needs a read of the API
 //! — a QueueUnit's phase, an owner's existence — comes back as a verdict that
 //! names what to check; [`crate::service`] performs the reads.
 

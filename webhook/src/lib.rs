@@ -1,4 +1,4 @@
-//! Koord-Queue's mutating admission webhook (design §6).
+//! Koord-Queue's mutating admission webhook (architecture §6).
 //!
 //! On CREATE of an enabled job kind in an opted-in namespace it answers with a
 //! JSON Patch that holds the job and names its QueueUnit, and creates that

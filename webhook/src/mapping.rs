@@ -1,4 +1,4 @@
-//! Queue mapping (design §4.1, docs/security.md "Quotas belong to
+//! Queue mapping (architecture §4.1, docs/security.md "Quotas belong to
 //! namespaces"): which queue a new job waits in and which quota it is
 //! charged to.
 

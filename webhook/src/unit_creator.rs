@@ -1,4 +1,4 @@
-//! Creating a held job's QueueUnit once the job is stored (design §6,
+//! Creating a held job's QueueUnit once the job is stored (architecture §6,
 //! docs/security.md "Forged reviews do nothing").
 //!
 //! A review is only a claim: whatever reaches the webhook port could be
@@ -21,7 +21,7 @@
 //!   without end.
 //! - **Lost backlog** (the process killed before its backlog was created;
 //!   on SIGTERM it is drained): the scheduler creates the unit of a held job
-//!   whose unit does not appear (design §4.6).
+//!   whose unit does not appear (architecture §4.6).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! One small adapter per job kind behind one trait (design §5), shared by the
+//! One small adapter per job kind behind one trait (architecture §5), shared by the
 //! webhook (hold on admission, build the QueueUnit) and the scheduler (release,
 //! follow the job's state).
 //!
@@ -104,10 +104,10 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
     fn kind(&self) -> &'static JobKind;
 
-    /// Edits `job` so that it is held (design §5 "Hold on admit"). Idempotent.
+    /// Edits `job` so that it is held (architecture §5 "Hold on admit"). Idempotent.
     fn hold(&self, job: &mut Value);
 
-    /// Edits `job` so that it is released (design §5 "Release"). Idempotent.
+    /// Edits `job` so that it is released (architecture §5 "Release"). Idempotent.
     fn release(&self, job: &mut Value);
 
     /// Whether `job` is held: every marker that [`JobAdapter::hold`] sets is

@@ -1,6 +1,6 @@
 //! A job's QueueUnit, built from the job the way the webhook builds it at
 //! admission; the scheduler uses the same builder to re-create the unit of a
-//! held job whose unit is missing (design §4.6).
+//! held job whose unit is missing (architecture §4.6).
 
 use std::collections::BTreeMap;
 

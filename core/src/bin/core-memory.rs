@@ -1,4 +1,4 @@
-//! Memory probe of the decision core (design §9): loads 100,000 units into
+//! Memory probe of the decision core (architecture §9): loads 100,000 units into
 //! 1,000 queues under the synthetic 3-level quota tree, runs a full cycle,
 //! and prints the process's resident memory (VmRSS) and its peak (VmHWM).
 //!

@@ -1,4 +1,4 @@
-//! `ElasticQuota` (design §4.4): maps a unit to the queue named after its
+//! `ElasticQuota` (architecture §4.4): maps a unit to the queue named after its
 //! quota, lets it through only when every quota on its path stays within its
 //! max and the cluster within its capacity, and charges what released units
 //! hold to their quota path.

@@ -1,4 +1,4 @@
-//! Elastic quota semantics (design §4.4): max at every level, capacity,
+//! Elastic quota semantics (architecture §4.4): max at every level, capacity,
 //! borrowing, guarantees, min scaling, accounting and reasons.
 
 use koord_queue_model::QueuePolicy;

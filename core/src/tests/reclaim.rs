@@ -1,4 +1,4 @@
-//! Reclaim of borrowed quota (design §4.4, rule 3): the worked example step
+//! Reclaim of borrowed quota (architecture §4.4, rule 3): the worked example step
 //! by step, victim order and eligibility, the controller's calls (freed,
 //! cancelled), reclaim switched off, the pause of borrowing, a 3-level tree.
 

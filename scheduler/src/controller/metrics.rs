@@ -1,4 +1,4 @@
-//! Prometheus metrics of the scheduler (design §4.7).
+//! Prometheus metrics of the scheduler (architecture §4.7).
 
 use std::collections::HashSet;
 

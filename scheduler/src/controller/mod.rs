@@ -1,4 +1,4 @@
-//! The controller around the pure core (design §4.3–4.7): it keeps the core
+//! The controller around the pure core (architecture §4.3–4.7): it keeps the core
 //! in step with the API (watches → records → core calls), runs event-driven
 //! cycles with short batching, applies decisions through asynchronous writes,
 //! follows each job through Running to Succeed/Failed, adopts and collects

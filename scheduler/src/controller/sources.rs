@@ -79,7 +79,7 @@ pub fn start(
     // of LIST_PAGE_SIZE). With the "any" semantic (resourceVersion=0) the
     // API server answers from its watch cache and ignores the page size:
     // 100,000 QueueUnits (or Jobs) arrive as one response that the client
-    // buffers and decodes whole, several hundred MB at once (design §9).
+    // buffers and decodes whole, several hundred MB at once (architecture §9).
     let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let mut sources = vec!["queueunits", "queues", "elasticquotas", "nodes"];
 

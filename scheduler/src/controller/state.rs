@@ -45,7 +45,7 @@ const SLOW_WRITES_MS: u64 = 50;
 const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
 /// Only jobs younger than this get a missing unit re-created: the webhook's
 /// create of an answered job is late by seconds at most, while an old held
-/// job without its unit had it deleted (design §3 rule 3), perhaps while no
+/// job without its unit had it deleted (architecture §3 rule 3), perhaps while no
 /// scheduler was running to see it.
 const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
 
@@ -248,7 +248,7 @@ pub struct Controller {
     /// Whether a visibility pass can find anything to write.
     visibility: VisibilityGate,
     /// Jobs whose unit existed and is gone (deleted, or missing under a
-    /// running job): held again once, never re-created (design §3 rule 3).
+    /// running job): held again once, never re-created (architecture §3 rule 3).
     unit_gone: HashSet<JobKey>,
     /// Held jobs whose unit has not appeared, since when.
     missing_unit_since: HashMap<JobKey, Instant>,
@@ -459,7 +459,7 @@ impl Controller {
     }
 
     /// A unit was deleted: if its job still lives, it stays held (and is held
-    /// again if it ran), and an Event says why (design §3 rule 3).
+    /// again if it ran), and an Event says why (architecture §3 rule 3).
     fn on_unit_gone(&mut self, st: &UnitState) {
         let Some(job) = self
             .jobs
@@ -1570,7 +1570,7 @@ impl Controller {
     }
 
     /// Units whose job never appeared (refused after the webhook, retried
-    /// admission) are deleted after the grace period (design §4.6).
+    /// admission) are deleted after the grace period (architecture §4.6).
     fn collect_orphans(&mut self) {
         let grace_ms = i64::try_from(self.settings.orphan_grace.as_millis()).unwrap_or(i64::MAX);
         let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();

@@ -1,12 +1,12 @@
 //! Re-creating the QueueUnit of a held job whose unit never appeared.
 //!
-//! The webhook creates a held job's unit right after answering (design §6);
+//! The webhook creates a held job's unit right after answering (architecture §6);
 //! if it is killed before its backlog is created, the job is held, names its
 //! unit in `koord-queue/queue-unit`, and nobody would queue it. The scheduler
 //! builds the unit as the webhook would have — the queue from the job's
 //! `koord-queue/queue` annotation (chosen at admission), else its quota
 //! label; the priority from its PriorityClass — with the same builder.
-//! A unit that existed and was deleted is not re-created (design §3 rule 3):
+//! A unit that existed and was deleted is not re-created (architecture §3 rule 3):
 //! the state only asks for units it never saw, of young jobs.
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;

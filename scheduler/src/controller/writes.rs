@@ -39,7 +39,7 @@ use super::records::{Key, hold_release_patches};
 /// A write the controller wants.
 #[derive(Debug, Clone)]
 pub enum Write {
-    /// Adopt a unit: owner reference to its job (design §4.6).
+    /// Adopt a unit: owner reference to its job (architecture §4.6).
     Adopt {
         /// The unit.
         unit: Key,

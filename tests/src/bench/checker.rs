@@ -1,6 +1,6 @@
 //! The quota check on the API's own record: a watch on the benchmark's
 //! QueueUnits recomputes the CPU held per leaf, parent and root from
-//! `status.admissions` of every unit in a quota-holding phase (design §3
+//! `status.admissions` of every unit in a quota-holding phase (architecture §3
 //! rule 2) each time a unit's holding changes, and checks every level
 //! against its max at each increase. It also counts units that reached
 //! Succeed and entries into TimeoutBackoff (reclaims).

@@ -1,4 +1,4 @@
-//! The end-to-end benchmark (`make bench-e2e`, design §9): Koord-Queue's
+//! The end-to-end benchmark (`make bench-e2e`, architecture §9): Koord-Queue's
 //! webhook and scheduler against a real local control plane in Kueue's
 //! scheduler-performance baseline shape, and the API server floor of the
 //! same API work measured in the same run. See `docs/performance.md`.

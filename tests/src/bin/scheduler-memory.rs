@@ -1,5 +1,5 @@
 //! Memory of the whole scheduler process with many QueueUnits cached
-//! (design §9: ≤ 400 MB RSS with 100,000 units).
+//! (architecture §9: ≤ 400 MB RSS with 100,000 units).
 //!
 //!   cargo run --release -p koord-queue-tests --bin scheduler-memory -- \
 //!       [--units 100000] [--queues 1000] [--namespaces 50] [--concurrency 96]
@@ -295,7 +295,7 @@ async fn run(cli: Cli) -> Result<()> {
         mib(hwm),
         hwm as f64 * 1024.0 / 1e6
     );
-    println!("  target:      VmRSS ≤ 400 MB (design §9)");
+    println!("  target:      VmRSS ≤ 400 MB (architecture §9)");
     Ok(())
 }
 
