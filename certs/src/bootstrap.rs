@@ -640,28 +640,10 @@ pub fn log_report(config: &BootstrapConfig, report: &Report) {
     }
 }
 
-/// Parses `90s`, `10m`, `720h` or `30d`.
+/// Parses `90s`, `10m`, `720h` or `30d`; a bare number is refused (the
+/// workspace's one parser, [`koord_queue_model::parse_duration_with_unit`]).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?} (e.g. 90s, 10m, 720h, 30d)"))?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 24 * 3600,
-        _ => {
-            return Err(format!(
-                "invalid duration {text:?}: use the unit s, m, h or d"
-            ));
-        }
-    };
-    Ok(Duration::from_secs(n.saturating_mul(seconds)))
+    koord_queue_model::parse_duration_with_unit(text)
 }
 
 fn human(d: Duration) -> String {

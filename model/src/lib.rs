@@ -3,11 +3,13 @@
 //! can have. The decision core (`koord-queue-core`) depends on this crate
 //! only; `koord-queue-api` re-exports it next to the CRD types.
 
+pub mod duration;
 pub mod resources;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use duration::{parse_duration, parse_duration_with_unit};
 pub use resources::{QuantityError, Resources, format_quantity, parse_quantity};
 
 /// Name of Koordinator's root quota; its `max` is the cluster capacity.

@@ -1,33 +1,13 @@
 //! Durations on the command line.
 
-use std::time::Duration;
-
-/// Parses `500ms`, `10s`, `5m`, `1h` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {text:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Ok(d)
-}
+/// Parses `500ms`, `10s`, `5m`, `1h`, `30d` or a bare number of seconds (the
+/// one parser: [`koord_queue_model::duration`]).
+pub use koord_queue_model::parse_duration;
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -190,7 +190,7 @@ async fn ten_thousand_forged_reviews_leave_memory_backlog_and_series_bounded() {
     let (cp, hook) = setup().await;
     let admin = cp.client().await.unwrap();
     let ns = fixtures::create_namespace(&admin, true).await.unwrap();
-    let rss_before = proc_stats::status_kib(std::process::id(), "VmRSS").unwrap() * 1024;
+    let rss_before = proc_stats::status_kib("self", "VmRSS").unwrap() * 1024;
     let reviews: Vec<Vec<u8>> = (0..10_000)
         .map(|i| random_review(i, &ns).to_string().into_bytes())
         .collect();
@@ -208,7 +208,7 @@ async fn ten_thousand_forged_reviews_leave_memory_backlog_and_series_bounded() {
             ));
         }
     }
-    let rss_after = proc_stats::status_kib(std::process::id(), "VmRSS").unwrap() * 1024;
+    let rss_after = proc_stats::status_kib("self", "VmRSS").unwrap() * 1024;
     let text = metrics::scrape(hook.admin_addr).await.unwrap();
     let series = review_series(&text);
     // Kinds: the 8 job kinds, Scale, other; 5 operation values; 4 verdicts.

@@ -11,7 +11,6 @@ pub mod floor;
 pub mod output;
 pub mod phase;
 pub mod plot;
-pub mod proc_stats;
 pub mod quota;
 pub mod report;
 pub mod rounds;

@@ -23,11 +23,11 @@ use super::api_stats::{self, ApiStats, Component, RequestKey, RequestStat, Serve
 use super::checker::Checker;
 use super::components::{self, Components, SchedulerOptions};
 use super::floor::{self, FloorClients, FloorWrites};
-use super::proc_stats::{self, CpuSnapshot, CpuUsage};
 use super::quota::{Usage, Violation};
 use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
 use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 use crate::kubeconfig::Credentials;
+use crate::proc_stats::{self, CpuSnapshot, CpuUsage};
 use crate::{ControlPlane, Tier, e2e, fixtures};
 
 /// The three phases.
@@ -503,12 +503,7 @@ pub async fn run(
     }
     let server_rss_kib = others
         .iter()
-        .filter_map(|(n, pid)| {
-            Some((
-                n.clone(),
-                proc_stats::status_kib(&pid.to_string(), "VmHWM")?,
-            ))
-        })
+        .filter_map(|(n, pid)| Some((n.clone(), proc_stats::status_kib(pid, "VmHWM")?)))
         .collect();
 
     let result = PhaseResult {

@@ -25,10 +25,10 @@ use koord_queue_tests::bench::api_stats::ApiStats;
 use koord_queue_tests::bench::components::SchedulerOptions;
 use koord_queue_tests::bench::output;
 use koord_queue_tests::bench::phase::{self, PhaseConfig, PhaseKind};
-use koord_queue_tests::bench::proc_stats;
 use koord_queue_tests::bench::rounds;
 use koord_queue_tests::bench::runner::RuntimeOptions;
 use koord_queue_tests::bench::shape::{Shape, parse_scale};
+use koord_queue_tests::proc_stats;
 use serde_json::json;
 
 // The shipped webhook's and scheduler's allocator, for them and for the

@@ -329,7 +329,7 @@ async fn watch(
             .unwrap_or_default();
         let pending = metrics::sum_of(&metrics, "koord_queue_scheduler_pending_units{");
         let admitted = metrics::sum_of(&metrics, "koord_queue_scheduler_admitted_units{");
-        let rss = proc_stats::status_kib(pid, "VmRSS")?;
+        let rss = rss_of(pid, "VmRSS")?;
         if m.all_units.is_none() && (pending + admitted) as usize >= cli.units {
             m.all_units = Some((started.elapsed(), rss));
             println!(
@@ -341,7 +341,8 @@ async fn watch(
         }
         let sample = Sample {
             at: now,
-            cpu_ticks: proc_stats::cpu_ticks(pid)?,
+            cpu_ticks: proc_stats::process_ticks(pid)
+                .with_context(|| format!("reading /proc/{pid}/stat"))?,
             writes: api_writes(&client).await?,
         };
         samples.retain(|s| now.duration_since(s.at) <= window + Duration::from_secs(2));
@@ -349,7 +350,7 @@ async fn watch(
         samples.push(sample.clone());
         let cpu_share = |from: &Sample| {
             let ticks = sample.cpu_ticks.saturating_sub(from.cpu_ticks) as f64;
-            ticks / proc_stats::TICKS_PER_SECOND as f64 / now.duration_since(from.at).as_secs_f64()
+            ticks / proc_stats::clock_ticks() / now.duration_since(from.at).as_secs_f64()
         };
         if last_print.elapsed() >= Duration::from_secs(10) {
             last_print = Instant::now();
@@ -373,8 +374,8 @@ async fn watch(
         {
             m.settled = Some(started.elapsed());
             m.idle_cpu = cpu_share(oldest);
-            let rss = proc_stats::status_kib(pid, "VmRSS")?;
-            let hwm = proc_stats::status_kib(pid, "VmHWM")?;
+            let rss = rss_of(pid, "VmRSS")?;
+            let hwm = rss_of(pid, "VmHWM")?;
             return Ok((m, rss, hwm, metrics));
         }
         if now > deadline {
@@ -384,9 +385,14 @@ async fn watch(
                 cli.timeout_secs
             );
             m.idle_cpu = oldest.as_ref().map_or(0.0, cpu_share);
-            let hwm = proc_stats::status_kib(pid, "VmHWM")?;
+            let hwm = rss_of(pid, "VmHWM")?;
             return Ok((m, rss, hwm, metrics));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// A memory field of process `pid`'s status, in KiB.
+fn rss_of(pid: u32, field: &str) -> Result<u64> {
+    proc_stats::status_kib(pid, field).with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
