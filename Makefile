@@ -31,10 +31,10 @@ cluster: provision ## Run a local control plane (tier 2, 3 kwok nodes) until Ctr
 SCALE ?= 15k
 BENCH_OUT ?= docs/bench
 bench-e2e: provision ## End-to-end benchmark in Kueue's baseline shape (SCALE=15k; writes $(BENCH_OUT)/e2e-$(SCALE).json/.svg)
-	$(CARGO) run --release -q -p koord-queue-tests --bin bench-e2e -- --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
+	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
 
 bench-memory: provision ## Scheduler process RSS with 100,000 QueueUnits cached (BENCH_ARGS="--units N --queues N")
-	$(CARGO) run -q -p koord-queue-tests --bin scheduler-memory -- $(BENCH_ARGS)
+	$(CARGO) run -q -p koord-queue-bench --bin scheduler-memory -- $(BENCH_ARGS)
 
 run: provision ## Koord-Queue on a local control plane (chart, webhook, scheduler, demo) until Ctrl-C
 	$(CARGO) run -q -p koord-queue-tests --bin local-run

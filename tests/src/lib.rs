@@ -6,7 +6,6 @@
 
 pub mod admin;
 pub mod background;
-pub mod bench;
 pub mod control_plane;
 pub mod e2e;
 pub mod fixtures;

@@ -1,7 +1,7 @@
 //! Memory of the whole scheduler process with many QueueUnits cached
 //! (architecture §9: ≤ 400 MB RSS with 100,000 units).
 //!
-//!   cargo run --release -p koord-queue-tests --bin scheduler-memory -- \
+//!   cargo run --release -p koord-queue-bench --bin scheduler-memory -- \
 //!       [--units 100000] [--queues 1000] [--namespaces 50] [--concurrency 96]
 //!
 //! Starts a tier 1 control plane (etcd + kube-apiserver), creates the

@@ -26,9 +26,9 @@ use super::floor::{self, FloorClients, FloorWrites};
 use super::quota::{Usage, Violation};
 use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
 use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
-use crate::kubeconfig::Credentials;
-use crate::proc_stats::{self, CpuSnapshot, CpuUsage};
-use crate::{ControlPlane, Tier, e2e, fixtures};
+use koord_queue_tests::kubeconfig::Credentials;
+use koord_queue_tests::proc_stats::{self, CpuSnapshot, CpuUsage};
+use koord_queue_tests::{ControlPlane, Tier, e2e, fixtures};
 
 /// The three phases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,10 +289,10 @@ pub async fn run(
     let floor_clients = if kind == PhaseKind::Floor {
         let cert = cp
             .pki()
-            .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
+            .client_cert(koord_queue_tests::webhook::SCHEDULER_USER, &["system:masters"])?;
         let path = cp.write_kubeconfig(
             "bench-null-scheduler",
-            crate::webhook::SCHEDULER_USER,
+            koord_queue_tests::webhook::SCHEDULER_USER,
             &Credentials::Certificate {
                 cert_pem: cert.cert_pem,
                 key_pem: cert.key_pem,

@@ -13,8 +13,8 @@ use tokio::runtime::Runtime;
 
 use super::api_stats::{self, ApiStats, Component};
 use super::shape::Shape;
-use crate::ControlPlane;
-use crate::kubeconfig::Credentials;
+use koord_queue_tests::ControlPlane;
+use koord_queue_tests::kubeconfig::Credentials;
 
 /// Scheduler settings the benchmark exposes.
 #[derive(Clone, Debug)]
@@ -78,8 +78,8 @@ impl Components {
         // Webhook.
         let webhook_rt = runtime("kq-webhook")?;
         let tls_dir = cp.dir().join("bench-webhook-tls");
-        crate::webhook::write_serving_cert(cp, &tls_dir)?;
-        let mut args = crate::webhook::test_args(&tls_dir);
+        koord_queue_tests::webhook::write_serving_cert(cp, &tls_dir)?;
+        let mut args = koord_queue_tests::webhook::test_args(&tls_dir);
         args.cert_reload_interval = Duration::from_secs(10);
         let kubeconfig = cp.kubeconfig().to_path_buf();
         let webhook_stats = stats.clone();
@@ -96,10 +96,10 @@ impl Components {
         })
         .await?;
         let url = format!("https://{}/mutate", webhook.listen_addr);
-        let config = crate::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
-        let probe_ns = crate::fixtures::create_namespace(&admin, true).await?;
-        crate::fixtures::register_mutating_webhook(&admin, &config, || {
-            crate::webhook::probe(&admin, &probe_ns)
+        let config = koord_queue_tests::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
+        let probe_ns = koord_queue_tests::fixtures::create_namespace(&admin, true).await?;
+        koord_queue_tests::fixtures::register_mutating_webhook(&admin, &config, || {
+            koord_queue_tests::webhook::probe(&admin, &probe_ns)
         })
         .await?;
 
@@ -107,10 +107,10 @@ impl Components {
         let scheduler_rt = runtime("kq-scheduler")?;
         let cert = cp
             .pki()
-            .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
+            .client_cert(koord_queue_tests::webhook::SCHEDULER_USER, &["system:masters"])?;
         let kubeconfig = cp.write_kubeconfig(
             "bench-scheduler",
-            crate::webhook::SCHEDULER_USER,
+            koord_queue_tests::webhook::SCHEDULER_USER,
             &Credentials::Certificate {
                 cert_pem: cert.cert_pem,
                 key_pem: cert.key_pem,

@@ -3,7 +3,7 @@
 //! scheduler-performance baseline shape, with the API server floor of the
 //! same API work measured in the same run.
 //!
-//!   cargo run --release -p koord-queue-tests --bin bench-e2e -- --scale 15k --out-dir docs/bench
+//!   cargo run --release -p koord-queue-bench --bin bench-e2e -- --scale 15k --out-dir docs/bench
 //!
 //! Phases, each on a fresh control plane: `run` (the baseline: paced
 //! arrivals, runtimes, quotas), `saturated` (the same jobs as fast as the
@@ -21,13 +21,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use koord_queue_runtime::parse_duration;
-use koord_queue_tests::bench::api_stats::ApiStats;
-use koord_queue_tests::bench::components::SchedulerOptions;
-use koord_queue_tests::bench::output;
-use koord_queue_tests::bench::phase::{self, PhaseConfig, PhaseKind};
-use koord_queue_tests::bench::rounds;
-use koord_queue_tests::bench::runner::RuntimeOptions;
-use koord_queue_tests::bench::shape::{Shape, parse_scale};
+use koord_queue_bench::api_stats::ApiStats;
+use koord_queue_bench::components::SchedulerOptions;
+use koord_queue_bench::output;
+use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
+use koord_queue_bench::rounds;
+use koord_queue_bench::runner::RuntimeOptions;
+use koord_queue_bench::shape::{Shape, parse_scale};
 use koord_queue_tests::proc_stats;
 use serde_json::json;
 

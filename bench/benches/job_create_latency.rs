@@ -2,7 +2,7 @@
 //! path versus without it, measured in the same run (architecture §9 target:
 //! ≤ 1.5×), and a burst of concurrent creates that must all be admitted.
 //!
-//!   cargo bench -p koord-queue-tests --bench job_create_latency -- [--jobs N] [--burst N] [--pause-ms N]
+//!   cargo bench -p koord-queue-bench --bench job_create_latency -- [--jobs N] [--burst N] [--pause-ms N]
 //!
 //! The sequential series pause `--pause-ms` (default 20) between creates so
 //! that each create meets an API server that has finished the previous one's
