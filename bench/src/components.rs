@@ -105,9 +105,10 @@ impl Components {
 
         // Scheduler.
         let scheduler_rt = runtime("kq-scheduler")?;
-        let cert = cp
-            .pki()
-            .client_cert(koord_queue_tests::webhook::SCHEDULER_USER, &["system:masters"])?;
+        let cert = cp.pki().client_cert(
+            koord_queue_tests::webhook::SCHEDULER_USER,
+            &["system:masters"],
+        )?;
         let kubeconfig = cp.write_kubeconfig(
             "bench-scheduler",
             koord_queue_tests::webhook::SCHEDULER_USER,

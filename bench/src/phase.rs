@@ -287,9 +287,10 @@ pub async fn run(
     let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
     let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
     let floor_clients = if kind == PhaseKind::Floor {
-        let cert = cp
-            .pki()
-            .client_cert(koord_queue_tests::webhook::SCHEDULER_USER, &["system:masters"])?;
+        let cert = cp.pki().client_cert(
+            koord_queue_tests::webhook::SCHEDULER_USER,
+            &["system:masters"],
+        )?;
         let path = cp.write_kubeconfig(
             "bench-null-scheduler",
             koord_queue_tests::webhook::SCHEDULER_USER,

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use koord_queue_runtime::parse_duration;
 use koord_queue_bench::api_stats::ApiStats;
 use koord_queue_bench::components::SchedulerOptions;
 use koord_queue_bench::output;
@@ -28,6 +27,7 @@ use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
 use koord_queue_bench::rounds;
 use koord_queue_bench::runner::RuntimeOptions;
 use koord_queue_bench::shape::{Shape, parse_scale};
+use koord_queue_runtime::parse_duration;
 use koord_queue_tests::proc_stats;
 use serde_json::json;
 
