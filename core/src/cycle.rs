@@ -18,7 +18,7 @@ use super::framework::Framework;
 use super::ids::{QueueId, QuotaId, UnitId};
 use super::queues::{Dirty, QueueEntry, WaitKey};
 use super::reason::{Blocker, WaitReason};
-use super::reclaim::{Reclaim, ReclaimState, VictimKey};
+use super::reclaim::state::{Reclaim, ReclaimState, VictimKey};
 use super::state::ClusterState;
 use super::units::{UnitEntry, UnitState, Units};
 

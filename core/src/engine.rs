@@ -27,11 +27,10 @@ use super::config::{ConfigError, SchedulerConfig};
 use super::framework::Framework;
 use super::ids::{Id, NsId, QueueId, QuotaId, ResId, UnitId};
 use super::model::{CapacitySource, QueueDef, QuotaDef, RootCapacity, UnitDef};
-use super::plugins::elastic_quota;
 use super::queues::{Dirty, QueueState, Queues, WaitKey};
 use super::quota_tree::QuotaChange;
 use super::reason::{Blocker, WaitReason};
-use super::reclaim::ReclaimState;
+use super::reclaim::state::ReclaimState;
 use super::registry::Registry;
 use super::state::ClusterState;
 use super::units::{Stamp, UnitEntry, UnitState, Units};
@@ -107,15 +106,7 @@ impl Core {
         let framework = Framework::build(config, registry)?;
         let mut state = ClusterState::new();
         framework.init(&mut state);
-        let capacity_source = config
-            .plugins
-            .iter()
-            .find(|p| p.name == elastic_quota::NAME)
-            .map(|p| {
-                elastic_quota::ElasticQuotaPlugin::from_args(p.args.as_ref())
-                    .map(|e| e.capacity_source().clone())
-                    .unwrap_or(CapacitySource::Auto)
-            });
+        let capacity_source = framework.capacity_source().cloned();
         Ok(Self {
             framework,
             state,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::amounts::ResVec;
 use super::config::{ConfigError, SchedulerConfig};
-use super::model::{QueueDef, UnitDef};
+use super::model::{CapacitySource, QueueDef, UnitDef};
 use super::plugin::{ExtensionPoint, Plugin, SortKey, UnitRef};
 use super::reason::WaitReason;
 use super::registry::Registry;
@@ -138,16 +138,17 @@ impl Framework {
         Ok(())
     }
 
-    /// Runs the filters in order except plugin `skip`; the first rejection wins.
-    pub fn filter_except(
+    /// Runs the filters other than those that check quota limits
+    /// ([`Plugin::filters_quota_limits`]): whether a unit stopped by a quota
+    /// limit would fit once reclaim makes room there.
+    pub fn filter_beyond_quota_limits(
         &self,
-        skip: &str,
         unit: &UnitRef<'_>,
         state: &ClusterState,
     ) -> Result<(), WaitReason> {
         for i in &self.filters {
             let plugin = &self.plugins[*i];
-            if plugin.name() == skip {
+            if plugin.filters_quota_limits() {
                 continue;
             }
             if let Some(f) = plugin.as_filter() {
@@ -155,6 +156,12 @@ impl Framework {
             }
         }
         Ok(())
+    }
+
+    /// Where the root capacity comes from: the first plugin that checks it
+    /// ([`Plugin::capacity_source`]); `None` when none does.
+    pub fn capacity_source(&self) -> Option<&CapacitySource> {
+        self.plugins.iter().find_map(|p| p.capacity_source())
     }
 
     /// Accounts `amount` as held by the unit.

@@ -8,7 +8,7 @@ use std::fmt;
 
 use super::amounts::ResVec;
 use super::ids::{NsId, QueueId, QuotaId};
-use super::model::{QueueDef, UnitDef};
+use super::model::{CapacitySource, QueueDef, UnitDef};
 use super::reason::WaitReason;
 use super::state::ClusterState;
 
@@ -121,6 +121,20 @@ pub trait Plugin: Send + Sync + fmt::Debug {
     /// The plugin as a [`Reserve`], if it is one.
     fn as_reserve(&self) -> Option<&dyn Reserve> {
         None
+    }
+
+    /// Capability: this plugin checks the root capacity, from this source
+    /// (with [`CapacitySource::Auto`] the controller reports it). The core
+    /// asks the plugins instead of knowing one by name.
+    fn capacity_source(&self) -> Option<&CapacitySource> {
+        None
+    }
+
+    /// Capability: this plugin's [`Filter`] checks quota limits — the limits
+    /// reclaim makes room under. Before reclaiming for a unit the core asks
+    /// only the other filters whether it would fit then.
+    fn filters_quota_limits(&self) -> bool {
+        false
     }
 }
 

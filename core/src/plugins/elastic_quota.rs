@@ -121,6 +121,12 @@ impl Plugin for ElasticQuotaPlugin {
     fn as_reserve(&self) -> Option<&dyn Reserve> {
         Some(self)
     }
+    fn capacity_source(&self) -> Option<&CapacitySource> {
+        Some(&self.capacity)
+    }
+    fn filters_quota_limits(&self) -> bool {
+        true
+    }
 }
 
 impl QueueUnitMapping for ElasticQuotaPlugin {

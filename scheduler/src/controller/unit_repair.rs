@@ -14,7 +14,7 @@ use koord_queue_api::{QueueUnit, jobs, keys};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::Value;
 
-use super::writes::JobRef;
+use super::job_ref::JobRef;
 
 /// Why a unit was not re-created although the job is still there.
 #[derive(Debug, thiserror::Error)]

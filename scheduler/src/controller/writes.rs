@@ -22,17 +22,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use koord_queue_api::jobs::JobAdapter;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
 use koord_queue_api::{Queue, QueueStatus, QueueUnit, WriteAck};
 use koord_queue_runtime::Leadership;
-use kube::api::{
-    Api, ApiResource, DeleteParams, GroupVersionKind, Patch, PatchParams, PostParams, Resource,
-};
-use kube::core::DynamicResourceScope;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
+pub use super::job_ref::JobRef;
 use super::metrics::Metrics;
 use super::records::{Key, hold_release_patches};
 
@@ -163,44 +160,6 @@ pub enum Write {
         /// Message.
         note: String,
     },
-}
-
-/// The job a write concerns.
-#[derive(Debug, Clone)]
-pub struct JobRef {
-    /// Its adapter.
-    pub adapter: &'static dyn JobAdapter,
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Uid.
-    pub uid: String,
-}
-
-impl JobRef {
-    /// The API of the job's kind in its namespace.
-    pub(super) fn api<K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(
-        &self,
-        client: &kube::Client,
-    ) -> Api<K> {
-        let kind = self.adapter.kind();
-        let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
-        Api::namespaced_with(client.clone(), &self.namespace, &resource)
-    }
-
-    pub(super) fn object_ref(&self) -> ObjectReference {
-        let kind = self.adapter.kind();
-        ObjectReference {
-            api_version: Some(kind.api_version()),
-            kind: Some(kind.kind.to_string()),
-            namespace: Some(self.namespace.clone()),
-            name: Some(self.name.clone()),
-            uid: Some(self.uid.clone()).filter(|u| !u.is_empty()),
-            ..Default::default()
-        }
-    }
 }
 
 /// How a write ended.
