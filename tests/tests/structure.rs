@@ -74,10 +74,11 @@ fn edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> 
                 let Some(base) = base else { continue };
                 let deeper = path.get(1).map(|s| format!("{base}::{s}"));
                 let target = deeper.filter(|d| mods.contains_key(d)).or(Some(base));
-                if let Some(t) = target.filter(|t| mods.contains_key(t)) {
-                    if t != *name && !name.starts_with(&format!("{t}::")) {
-                        targets.insert(t);
-                    }
+                if let Some(t) = target.filter(|t| mods.contains_key(t))
+                    && t != *name
+                    && !name.starts_with(&format!("{t}::"))
+                {
+                    targets.insert(t);
                 }
             }
         }
