@@ -1,0 +1,274 @@
+//! Inputs: every watch change, leadership change and tick turned into record and core updates.
+
+use super::*;
+
+impl Controller {
+    pub(super) fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Unit(change) => self.on_unit(change),
+            Input::Job(kind, change) => self.on_job(kind, change),
+            Input::Quota(change) => self.on_quota(change),
+            Input::Queue(change) => self.on_queue(change),
+            Input::Node(change) => self.on_node(change),
+            Input::NamespaceQuota(change) => self.on_namespace_quota(change),
+            Input::Pod(change) => self.on_pod(change),
+        }
+    }
+
+    pub(super) fn source_done(&mut self, source: SourceName) {
+        if self.unsynced.remove(source) && self.unsynced.is_empty() {
+            tracing::info!(
+                units = self.units.len(),
+                jobs = self.jobs.len(),
+                "caches synced; held quota rebuilt from the API"
+            );
+            self.readiness.set(CACHES_SYNCED, true);
+            self.recompute_capacity();
+            let keys: Vec<Key> = self.units.keys().cloned().collect();
+            for k in keys {
+                self.reconcile(&k);
+            }
+            self.request_cycle();
+        }
+    }
+
+    pub(super) fn on_unit(&mut self, change: Change<Box<UnitRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let k = rec.key();
+                match self.units.get_mut(&k) {
+                    Some(st) => {
+                        if let (Some(expected), Some(rv)) = (st.expect_rv, rec.resource_version)
+                            && rv < expected
+                        {
+                            return; // older than our own write
+                        }
+                        if st.expect_rv.take().is_some() {
+                            self.writer.settled(&k);
+                        }
+                        st.rec = *rec;
+                    }
+                    None => {
+                        self.units.insert(k.clone(), Box::new(UnitState::new(*rec)));
+                    }
+                }
+                self.reconcile(&k);
+            }
+            Change::Deleted(ns, name) => {
+                let k = key(&ns, &name);
+                if let Some(st) = self.units.remove(&k) {
+                    if st.member != Membership::Absent {
+                        self.core.remove_unit(&k);
+                        self.request_cycle();
+                    }
+                    self.on_unit_gone(&st);
+                }
+            }
+            Change::Synced | Change::Absent => self.source_done("queueunits"),
+        }
+    }
+
+    /// A unit was deleted: if its job still lives, it stays held (and is held
+    /// again if it ran), and an Event says why (architecture §3 rule 3).
+    pub(super) fn on_unit_gone(&mut self, st: &UnitState) {
+        let Some(job) = self
+            .jobs
+            .get(&st.rec.job_key())
+            .filter(|j| j.unit_name == st.rec.name)
+        else {
+            return;
+        };
+        self.unit_gone.insert(job.key());
+        if job.deleting
+            || matches!(job.state, JobState::Succeeded | JobState::Failed)
+            || !self.leads()
+        {
+            return;
+        }
+        let job_ref = job_ref(job);
+        if !job.held {
+            self.writer.submit(Write::HoldJob {
+                unit: st.rec.key(),
+                job: job_ref.clone(),
+            });
+        }
+        self.event(&job_ref, true, "QueueUnitDeleted", format!(
+            "QueueUnit {} was deleted: the job stays held and is not queued. Delete and re-create the job to queue it again",
+            st.rec.name
+        ));
+    }
+
+    pub(super) fn on_job(&mut self, kind: &'static str, change: Change<Box<JobRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let unit = rec.unit.clone();
+                self.jobs.insert(rec.key(), *rec);
+                if self.units.contains_key(&unit) {
+                    self.reconcile(&unit);
+                }
+            }
+            Change::Deleted(ns, name) => {
+                let job_key = JobKey::new(kind, &ns, &name);
+                self.unit_gone.remove(&job_key);
+                self.missing_unit_since.remove(&job_key);
+                if let Some(rec) = self.jobs.remove(&job_key) {
+                    let unit = rec.unit.clone();
+                    if self.units.contains_key(&unit) {
+                        self.reconcile(&unit);
+                    }
+                }
+            }
+            Change::Synced | Change::Absent => self.source_done(kind),
+        }
+    }
+
+    pub(super) fn on_queue(&mut self, change: Change<Box<QueueRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                let mut def = QueueDef::new(rec.name.clone())
+                    .with_priority(rec.priority)
+                    .with_policy(rec.policy);
+                def.reclaim = rec.reclaim;
+                self.core.upsert_queue(&def);
+                self.queues.insert(rec.name.clone(), *rec);
+            }
+            Change::Deleted(_, name) => {
+                self.queues.remove(&name);
+                self.core.remove_queue(&name);
+            }
+            Change::Synced | Change::Absent => return self.source_done("queues"),
+        }
+        self.request_cycle();
+    }
+
+    pub(super) fn on_node(&mut self, change: Change<Box<NodeRecord>>) {
+        match change {
+            Change::Applied(rec) => {
+                // Heartbeats arrive often; only allocatable/readiness changes matter.
+                if self.nodes.get(&rec.name) == Some(&*rec) {
+                    return;
+                }
+                self.nodes.insert(rec.name.clone(), *rec);
+            }
+            Change::Deleted(_, name) => {
+                if self.nodes.remove(&name).is_none() {
+                    return;
+                }
+            }
+            Change::Synced | Change::Absent => return self.source_done("nodes"),
+        }
+        if self.recompute_capacity() {
+            self.request_cycle();
+        }
+    }
+
+    pub(super) fn on_pod(&mut self, change: Change<Box<PodRecord>>) {
+        let owner = match change {
+            Change::Applied(pod) => {
+                let owner = pod.owner_uid.clone();
+                let pods = self.pods.entry(owner.clone()).or_default();
+                if pods.get(&pod.name) == Some(&*pod) {
+                    return;
+                }
+                pods.insert(pod.name.clone(), *pod);
+                owner
+            }
+            Change::Deleted(_, name) => {
+                let Some(owner) = self
+                    .pods
+                    .iter()
+                    .find(|(_, p)| p.contains_key(&name))
+                    .map(|(o, _)| o.clone())
+                else {
+                    return;
+                };
+                if let Some(pods) = self.pods.get_mut(&owner) {
+                    pods.remove(&name);
+                    if pods.is_empty() {
+                        self.pods.remove(&owner);
+                    }
+                }
+                owner
+            }
+            Change::Synced | Change::Absent => return self.source_done("pods"),
+        };
+        // Only the strict-dequeue units of that job care.
+        if let Some(job) = self.jobs.values().find(|j| j.uid == owner) {
+            let unit = job.unit.clone();
+            if self
+                .units
+                .get(&unit)
+                .is_some_and(|u| u.rec.phase == Some(QueueUnitPhase::SchedReady))
+            {
+                self.reconcile(&unit);
+            }
+        }
+    }
+
+    pub(super) fn on_namespace_quota(&mut self, change: Change<Box<NamespaceQuotaRecord>>) {
+        let namespace = match change {
+            Change::Applied(rec) => {
+                let ns = rec.namespace.clone();
+                let quotas = self.namespace_quotas.entry(ns.clone()).or_default();
+                if quotas.get(&rec.name) == Some(&*rec) {
+                    return;
+                }
+                quotas.insert(rec.name.clone(), *rec);
+                ns
+            }
+            Change::Deleted(ns, name) => {
+                if let Some(quotas) = self.namespace_quotas.get_mut(&ns) {
+                    quotas.remove(&name);
+                }
+                ns
+            }
+            Change::Synced | Change::Absent => return self.source_done("resourcequotas"),
+        };
+        // Several ResourceQuotas in one namespace must all admit the unit:
+        // hand the core the tightest headroom (hard - used) per resource.
+        let quotas = self
+            .namespace_quotas
+            .get(&namespace)
+            .map(|q| q.values().collect::<Vec<_>>())
+            .unwrap_or_default();
+        if quotas.is_empty() {
+            self.namespace_quotas.remove(&namespace);
+            self.core.remove_namespace_quota(&namespace);
+        } else {
+            let mut headroom = Resources::new();
+            for q in &quotas {
+                for (resource, hard) in q.hard.iter() {
+                    let room = hard.saturating_sub(q.used.get(resource));
+                    let tightest = if headroom.contains(resource) {
+                        headroom.get(resource).min(room)
+                    } else {
+                        room
+                    };
+                    headroom.set(resource, tightest);
+                }
+            }
+            self.core
+                .set_namespace_quota(&namespace, &headroom, &Resources::new());
+        }
+        self.request_cycle();
+    }
+
+    pub(super) fn on_leadership(&mut self, leads: bool) {
+        self.metrics.leader.set(i64::from(leads));
+        if leads {
+            tracing::info!("leading: scheduling and writing");
+            self.ran_first_cycle = false;
+            self.readiness.set(FIRST_CYCLE, false);
+            self.core.mark_all_dirty();
+            let keys: Vec<Key> = self.units.keys().cloned().collect();
+            for k in keys {
+                self.reconcile(&k);
+            }
+            self.request_cycle();
+        } else {
+            tracing::info!("standing by: no cycles, no writes");
+            self.cycle_due = None;
+            self.readiness.set(FIRST_CYCLE, true);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Housekeeping: orphan units collected, jobs without their unit held or given one again (architecture §4.6).
+
+use super::*;
+
+impl Controller {
+    pub(super) fn housekeeping(&mut self) {
+        if !self.synced() {
+            return;
+        }
+        self.publish_metrics();
+        if !self.leads() {
+            return;
+        }
+        for k in std::mem::take(&mut self.retry) {
+            self.reconcile(&k);
+        }
+        let timed: Vec<Key> = self.timed.iter().cloned().collect();
+        for k in timed {
+            self.reconcile(&k);
+        }
+        let now = Instant::now();
+        if self
+            .last_missing_scan
+            .is_none_or(|t| now.duration_since(t) >= MISSING_SCAN_INTERVAL)
+        {
+            self.last_missing_scan = Some(now);
+            self.collect_orphans();
+            self.jobs_without_unit();
+        }
+        self.sync_queues_with_quotas();
+        if self.visibility.due()
+            && self
+                .last_visibility_pass
+                .is_none_or(|t| now.duration_since(t) >= self.settings.status_interval)
+        {
+            self.last_visibility_pass = Some(now);
+            let positions_done = self.publish_positions(now);
+            let queues_done = self.publish_queue_status(now);
+            self.visibility.passed(positions_done && queues_done);
+        }
+    }
+
+    /// Units whose job never appeared (refused after the webhook, retried
+    /// admission) are deleted after the grace period (architecture §4.6).
+    pub(super) fn collect_orphans(&mut self) {
+        let grace_ms = i64::try_from(self.settings.orphan_grace.as_millis()).unwrap_or(i64::MAX);
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let orphans: Vec<Key> = self
+            .units
+            .iter()
+            .filter(|(_, st)| st.rec.phase.is_none() && !st.busy && !st.rec.deleting)
+            .filter(|(_, st)| now_ms - st.rec.created_ms > grace_ms)
+            .filter(|(_, st)| {
+                self.jobs
+                    .get(&st.rec.job_key())
+                    .is_none_or(|j| j.unit_name != st.rec.name)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in orphans {
+            tracing::info!(unit = %k, "deleting orphan QueueUnit: its job did not appear");
+            self.submit_unit_write(&k, Write::DeleteUnit { unit: k.clone() });
+        }
+    }
+
+    /// Jobs whose unit is missing, in one pass over the jobs (it runs
+    /// every [`MISSING_SCAN_INTERVAL`]):
+    /// - a job running without its unit is held (it would run unqueued),
+    ///   once, with an Event;
+    /// - a held job whose unit never appeared within the grace period gets
+    ///   it created from the job (the webhook answered but did not create
+    ///   it, e.g. it was killed) — only for jobs younger than
+    ///   [`RECREATE_WINDOW_MS`] whose unit is not known to be gone.
+    pub(super) fn jobs_without_unit(&mut self) {
+        let now = Instant::now();
+        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let mut to_hold = Vec::new();
+        let mut to_create = Vec::new();
+        let mut missing = HashMap::new();
+        // Nothing is allocated for a job that has its unit: this runs over
+        // every job twice a second.
+        for (job_key, job) in &self.jobs {
+            // The cheap tests first.
+            if job.deleting
+                || finished(job.state)
+                || (job.held && now_ms - job.created_ms > RECREATE_WINDOW_MS)
+                || self.units.contains_key(&job.unit)
+            {
+                continue;
+            }
+            if self.unit_gone.contains(job_key) || self.recreating.contains(job_key) {
+                continue;
+            }
+            let job_key = job_key.clone();
+            if !job.held {
+                to_hold.push(job.clone());
+                continue;
+            }
+            let since = self
+                .missing_unit_since
+                .get(&job_key)
+                .copied()
+                .unwrap_or(now);
+            if now.duration_since(since) >= self.settings.orphan_grace {
+                to_create.push(job.clone());
+            } else {
+                missing.insert(job_key, since);
+            }
+        }
+        self.missing_unit_since = missing;
+        for job in to_hold {
+            self.unit_gone.insert(job.key());
+            let job_ref = job_ref(&job);
+            self.writer.submit(Write::HoldJob {
+                unit: job.unit.clone(),
+                job: job_ref.clone(),
+            });
+            self.event(&job_ref, true, "QueueUnitMissing", format!(
+                "QueueUnit {} does not exist: the job is held. Delete and re-create the job to queue it again",
+                job.unit_name
+            ));
+        }
+        for job in to_create {
+            self.recreating.insert(job.key());
+            let job_ref = job_ref(&job);
+            self.writer.submit(Write::RecreateUnit {
+                unit: job.unit.clone(),
+                job: job_ref.clone(),
+            });
+            self.event(&job_ref, true, "QueueUnitRecreated", format!(
+                "QueueUnit {} did not appear within {:?} of the job's admission: created from the job",
+                job.unit_name, self.settings.orphan_grace
+            ));
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The results of writes: what a finished, failed or withdrawn write means for the records and the core.
+
+use super::*;
+
+impl Controller {
+    pub(super) fn on_written(&mut self, done: Written) {
+        let Written { write, outcome } = done;
+        tracing::debug!(operation = write.operation(), unit = ?write.unit(), ?outcome, "write done");
+        let Some(k) = write.unit().cloned() else {
+            match &write {
+                Write::RecreateUnit { job, .. } => {
+                    self.recreating.remove(&JobKey::new(
+                        job.adapter.kind().kind,
+                        &job.namespace,
+                        &job.name,
+                    ));
+                }
+                Write::EnsureQueue { name, .. }
+                | Write::DeleteQueue { name }
+                | Write::QueueStatus { name, .. } => {
+                    self.queue_writes.remove(name);
+                }
+                _ => {}
+            }
+            return;
+        };
+        let ok_rv = match &outcome {
+            Outcome::Done(rv) => Some(*rv),
+            _ => None,
+        };
+        let Some(st) = self.units.get_mut(&k) else {
+            return;
+        };
+        if let Some(Some(rv)) = ok_rv {
+            st.expect_rv = Some(st.expect_rv.map_or(rv, |e| e.max(rv)));
+            if st.rec.resource_version.is_some_and(|seen| seen >= rv) {
+                // The watch showed this write before its answer came back.
+                self.writer.settled(&k);
+            }
+        }
+        if !matches!(write, Write::Visibility { .. }) {
+            st.claim = None;
+        }
+        match write {
+            Write::Visibility {
+                position, message, ..
+            } => {
+                st.publishing = false;
+                if ok_rv.is_some() {
+                    st.rec.position = position;
+                    st.rec.message = Some(message);
+                }
+                return;
+            }
+            Write::Release {
+                job,
+                admissions,
+                attempts,
+                phase,
+                checks,
+                ..
+            } => {
+                st.busy = false;
+                let from_reserved = admissions.is_none();
+                if ok_rv.is_some() {
+                    st.release_written(phase, admissions.as_deref(), attempts, checks);
+                    let waited = (now_ms() - st.rec.created_ms).max(0);
+                    let queue = queue_of(&st.rec).to_string();
+                    if phase == QueueUnitPhase::Reserved {
+                        let names: Vec<String> =
+                            st.rec.checks.iter().map(|c| c.name.clone()).collect();
+                        self.event(
+                            &job,
+                            false,
+                            "QuotaReserved",
+                            format!(
+                                "quota reserved in queue {queue}; waiting for admission checks: {}",
+                                names.join(", ")
+                            ),
+                        );
+                    } else {
+                        self.metrics
+                            .attempts
+                            .get_or_create(&AttemptLabels {
+                                result: "released".into(),
+                            })
+                            .inc();
+                        self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
+                        self.event(
+                            &job,
+                            false,
+                            "Released",
+                            format!(
+                                "released from queue {queue} after {:.1}s",
+                                waited as f64 / 1000.0
+                            ),
+                        );
+                    }
+                } else if from_reserved {
+                    // The unit still holds its reservation; retried on the next pass.
+                    self.retry.insert(k.clone());
+                } else {
+                    // Roll the reservation back; a later cycle retries.
+                    let _ = self.core.unreserve(&k);
+                    st.member = Membership::Waiting;
+                    st.released_here = false;
+                    self.metrics
+                        .attempts
+                        .get_or_create(&AttemptLabels {
+                            result: "failed".into(),
+                        })
+                        .inc();
+                    self.request_cycle();
+                }
+            }
+            Write::Backoff {
+                job,
+                reason,
+                message,
+                count,
+                requeue_at,
+                ..
+            } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(QueueUnitPhase::TimeoutBackoff);
+                    st.rec.held = Resources::new();
+                    st.rec.checks.clear();
+                    st.rec.requeue_count = count;
+                    st.rec.requeue_at_ms = Some(requeue_at.0.as_millisecond());
+                    st.released_here = false;
+                    self.timed.insert(k.clone());
+                    let event_reason = match reason {
+                        RECLAIMED => "Reclaimed",
+                        "AdmissionCheck" => "AdmissionCheckFailed",
+                        "SchedulingTimeout" => "SchedulingFailed",
+                        _ => "RunningTimeout",
+                    };
+                    let target = job.or_else(|| {
+                        self.jobs
+                            .get(&st.rec.job_key())
+                            .filter(|j| j.unit_name == st.rec.name)
+                            .map(job_ref)
+                    });
+                    if let Some(job) = target {
+                        self.event(&job, true, event_reason, message);
+                    }
+                } else if reason == RECLAIMED {
+                    // The victim keeps its quota; the guaranteed unit plans again.
+                    let _ = self.core.cancel_reclaim(&k);
+                    self.request_cycle();
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::Adopt { job, .. } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.owner_uid = Some(job.uid);
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::Enqueue { job, .. } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(QueueUnitPhase::Enqueued);
+                    let queue = st.rec.queue.clone();
+                    self.event(
+                        &job,
+                        false,
+                        "Queued",
+                        format!(
+                            "queued in queue {queue}; the job is held until Koord-Queue releases it"
+                        ),
+                    );
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::Phase {
+                phase, admissions, ..
+            } => {
+                st.busy = false;
+                if ok_rv.is_some() {
+                    st.rec.phase = Some(phase);
+                    if admissions.is_some() {
+                        st.rec.held = Resources::new();
+                    }
+                    if let Some(job) = self
+                        .jobs
+                        .get(&st.rec.job_key())
+                        .filter(|j| j.unit_name == st.rec.name)
+                    {
+                        let job = job_ref(job);
+                        match phase {
+                            QueueUnitPhase::Succeed | QueueUnitPhase::Failed => {
+                                self.event(
+                                    &job,
+                                    false,
+                                    "Finished",
+                                    format!("{phase}: quota released"),
+                                );
+                            }
+                            QueueUnitPhase::Enqueued => {
+                                self.event(&job, true, "Requeued", format!("the job was suspended again: quota released, waiting in queue {}", self.units.get(&k).map(|s| s.rec.queue.clone()).unwrap_or_default()));
+                            }
+                            _ => {}
+                        }
+                    }
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::HoldJob { .. } | Write::DeleteUnit { .. } => {
+                st.busy = false;
+                if ok_rv.is_none() {
+                    self.retry.insert(k.clone());
+                }
+            }
+            _ => {}
+        }
+        self.reconcile(&k);
+    }
+
+    // ---- periodic work --------------------------------------------------------
+}
