@@ -386,3 +386,169 @@ impl Controller {
         }
     }
 }
+
+/// Condition reason (and backoff reason) of a reclaimed unit.
+pub(super) const RECLAIMED: &str = "Reclaimed";
+
+/// Where a backoff message says when the unit returns.
+pub(super) const BACK_IN_QUEUE: &str = "; back in queue ";
+
+/// The reason to repeat when finishing a SchedFailed send-back that was cut
+/// short: the message its first write left, without the "back in queue"
+/// tail that the new backoff writes afresh.
+pub(super) fn sched_failed_reason(message: Option<&str>) -> String {
+    message
+        .and_then(|m| m.split(BACK_IN_QUEUE).next())
+        .filter(|m| m.starts_with("SchedFailed"))
+        .map_or_else(
+            || {
+                "SchedFailed: the job's pods were not all bound in time; suspended again, quota released"
+                    .to_string()
+            },
+            str::to_string,
+        )
+}
+
+pub(super) fn finished(state: JobState) -> bool {
+    matches!(state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Where unit `rec` belongs in the core given its job.
+pub(super) fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
+    if rec.deleting || rec.invalid.is_some() {
+        return Membership::Absent;
+    }
+    match effective_phase(rec, job) {
+        Some(QueueUnitPhase::Enqueued) => match job {
+            Some(j) if j.held && !j.deleting => Membership::Waiting,
+            _ => Membership::Absent,
+        },
+        // A finished job's pods are done: its quota is free even before the
+        // unit's Succeed/Failed phase is written.
+        Some(p) if p.holds_quota() => match job {
+            Some(j) if finished(j.state) => Membership::Absent,
+            _ => Membership::Holding,
+        },
+        _ => Membership::Absent,
+    }
+}
+
+/// The unit's phase, where an adopted unit whose phase is not written yet
+/// counts as Enqueued (its phase is written after the next cycle, unless
+/// that cycle released it).
+pub(super) fn effective_phase(rec: &UnitRecord, job: Option<&JobRecord>) -> Option<QueueUnitPhase> {
+    rec.phase.or_else(|| {
+        job.filter(|j| rec.owner_uid.as_deref() == Some(j.uid.as_str()))
+            .map(|_| QueueUnitPhase::Enqueued)
+    })
+}
+
+/// Admissions of a release: one per pod set with its resources. When the
+/// pod sets' resources do not add up to what is held (e.g. an Argo workflow,
+/// sized by annotation), the first set carries the total, so the admissions
+/// always sum to exactly what the unit holds.
+pub(super) fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
+    let mut sum = Resources::new();
+    let mut out: Vec<Admission> = rec
+        .pod_sets
+        .iter()
+        .map(|(name, count, resources)| {
+            sum.add(resources);
+            Admission {
+                name: name.to_string(),
+                replicas: *count,
+                running: 0,
+                resources: resources.to_list(),
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        out.push(Admission {
+            name: "main".into(),
+            replicas: 1,
+            running: 0,
+            resources: Default::default(),
+        });
+    }
+    if &sum != total {
+        for a in &mut out {
+            a.resources.clear();
+        }
+        out[0].resources = total.to_list();
+    }
+    out
+}
+
+/// Strict dequeue timeout of `queue` (its own setting, else the default);
+/// `None` when strict dequeue is off.
+pub(super) fn strict_timeout(
+    queue: Option<&QueueRecord>,
+    default: Option<Duration>,
+) -> Option<Duration> {
+    match queue.and_then(|q| q.strict) {
+        Some(setting) => setting,
+        None => default,
+    }
+}
+
+/// The phase a released job enters: SchedReady under strict dequeue.
+pub(super) fn release_phase(
+    queue: Option<&QueueRecord>,
+    strict_default: Option<Duration>,
+) -> QueueUnitPhase {
+    if strict_timeout(queue, strict_default).is_some() {
+        QueueUnitPhase::SchedReady
+    } else {
+        QueueUnitPhase::Dequeued
+    }
+}
+
+/// Backoff before attempt `count` (1-based): 10 s × 2^(count-1), at most
+/// 15 min, scaled by a jitter factor in [0.9, 1.1) drawn from `seed`.
+pub fn backoff_delay(count: i32, seed: u64) -> Duration {
+    const BASE_MS: u64 = 10_000;
+    const CAP_MS: u64 = 15 * 60 * 1000;
+    let exp = u32::try_from(count.saturating_sub(1).max(0))
+        .unwrap_or(0)
+        .min(20);
+    let raw = BASE_MS.saturating_mul(1u64 << exp).min(CAP_MS);
+    let jitter_permille = 900 + seed % 200; // 0.9 ..< 1.1
+    Duration::from_millis(raw.saturating_mul(jitter_permille) / 1000)
+}
+
+/// A seed that differs between units and attempts (and between runs).
+pub(super) fn jitter_seed(key: &str, count: i32) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    key.hash(&mut h);
+    count.hash(&mut h);
+    h.finish()
+}
+
+/// Whether `labels` satisfy a Kubernetes label selector; no selector matches all.
+pub fn selector_matches(
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    labels: &Labels,
+) -> bool {
+    let Some(selector) = selector else {
+        return true;
+    };
+    let match_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v.as_str()));
+    let expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        let listed = |v: &str| values.iter().any(|x| x == v);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(listed),
+            "NotIn" => value.is_none_or(|v| !listed(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    match_labels && expressions
+}
