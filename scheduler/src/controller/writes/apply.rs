@@ -1,0 +1,310 @@
+//! What each write sends to the API server.
+
+use super::writer::*;
+use super::*;
+
+impl Writer {
+    pub(super) async fn patch_unit_status(
+        &self,
+        unit: &Key,
+        status: Value,
+    ) -> Result<Option<u64>, kube::Error> {
+        let (ns, name) = split(unit);
+        let patched = self
+            .unit_acks(ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+        Ok(crate::controller::records::rv_number(
+            patched.resource_version(),
+        ))
+    }
+
+    pub(super) async fn patch_job(&self, job: &JobRef, patch: &Value) -> Result<(), kube::Error> {
+        job.api::<WriteAck>(&self.client)
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn perform(&self, write: &Write) -> Outcome {
+        match self.try_perform(write).await {
+            Ok(rv) => Outcome::Done(rv),
+            Err(e) => outcome_of(e),
+        }
+    }
+
+    pub(super) async fn try_perform(&self, write: &Write) -> Result<Option<u64>, kube::Error> {
+        match write {
+            Write::Adopt { unit, job } => {
+                let (ns, name) = split(unit);
+                let kind = job.adapter.kind();
+                let owner = json!({
+                    "metadata": { "ownerReferences": [{
+                        "apiVersion": kind.api_version(), "kind": kind.kind,
+                        "name": job.name, "uid": job.uid,
+                        "controller": false, "blockOwnerDeletion": false,
+                    }]},
+                    "spec": { "consumerRef": { "uid": job.uid } },
+                });
+                let patched = self
+                    .unit_acks(ns)
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
+                    .await?;
+                Ok(crate::controller::records::rv_number(
+                    patched.resource_version(),
+                ))
+            }
+            Write::Enqueue { unit, message, .. } => {
+                self.patch_unit_status(
+                    unit,
+                    json!({
+                        "phase": "Enqueued", "message": message, "lastUpdateTime": now(),
+                    }),
+                )
+                .await
+            }
+            Write::Release {
+                unit,
+                job,
+                admissions,
+                attempts,
+                phase,
+                checks,
+                message,
+            } => {
+                let mut status = json!({
+                    "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
+                    "conditions": phase.standard_conditions(None, message, &now()),
+                });
+                if let Some(admissions) = admissions {
+                    status["admissions"] = json!(admissions);
+                }
+                if admissions.is_some() || *phase != QueueUnitPhase::Reserved {
+                    status["lastAllocateTime"] = json!(now());
+                }
+                if let Some(attempts) = attempts {
+                    status["attempts"] = json!(attempts);
+                }
+                if let Some(checks) = checks {
+                    status["admissionChecks"] = json!(checks);
+                }
+                let rv = self.patch_unit_status(unit, status).await?;
+                if *phase == QueueUnitPhase::Reserved {
+                    return Ok(rv); // the job stays held until every check is Ready
+                }
+                let (release, _) = hold_release_patches(job.adapter);
+                let mut last = None;
+                for attempt in 0..3u32 {
+                    match self.patch_job(job, &release).await {
+                        Ok(()) => return Ok(rv),
+                        Err(kube::Error::Api(e)) if e.code == 404 => {
+                            last = Some(kube::Error::Api(e));
+                            break;
+                        }
+                        Err(e) => {
+                            last = Some(e);
+                            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                        }
+                    }
+                }
+                // The job could not be released: give the reservation back so
+                // the unit waits again instead of holding quota for nothing.
+                let revert = self
+                    .patch_unit_status(
+                        unit,
+                        json!({
+                            "phase": "Enqueued", "admissions": [], "admissionChecks": [],
+                            "message": "release failed; waiting to be retried",
+                            "conditions": QueueUnitPhase::Enqueued.standard_conditions(None, "", &now()),
+                        }),
+                    )
+                    .await;
+                if let Err(e) = revert {
+                    tracing::warn!(%unit, error = %e, "cannot revert a failed release");
+                }
+                Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+            }
+            Write::Backoff {
+                unit,
+                job,
+                via,
+                reason,
+                message,
+                count,
+                requeue_at,
+            } => {
+                if let Some(via) = via {
+                    self.patch_unit_status(
+                        unit,
+                        json!({
+                            "phase": via, "message": message, "lastUpdateTime": now(),
+                            "conditions": via.standard_conditions(Some(reason), message, &now()),
+                        }),
+                    )
+                    .await?;
+                }
+                if let Some(job) = job {
+                    let (_, hold) = hold_release_patches(job.adapter);
+                    match self.patch_job(job, &hold).await {
+                        Ok(()) => {}
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                self.patch_unit_status(unit, json!({
+                    "phase": "TimeoutBackoff", "message": message, "admissions": [], "admissionChecks": [],
+                    "position": null, "lastUpdateTime": now(),
+                    "requeueState": { "count": count, "requeueAt": requeue_at },
+                    "conditions": QueueUnitPhase::TimeoutBackoff.standard_conditions(Some(reason), message, &now()),
+                }))
+                .await
+            }
+            Write::Phase {
+                unit,
+                phase,
+                admissions,
+                message,
+            } => {
+                // The conditions follow the phase: a finished unit reads
+                // Finished, not still QuotaReserved and Admitted.
+                let mut status = json!({
+                    "phase": phase, "message": message, "lastUpdateTime": now(),
+                    "conditions": phase.standard_conditions(None, message, &now()),
+                });
+                if let Some(admissions) = admissions {
+                    status["admissions"] = json!(admissions);
+                }
+                if !phase.holds_quota() && *phase != QueueUnitPhase::Enqueued {
+                    status["position"] = Value::Null;
+                }
+                self.patch_unit_status(unit, status).await
+            }
+            Write::HoldJob { job, .. } => {
+                let (_, hold) = hold_release_patches(job.adapter);
+                self.patch_job(job, &hold).await.map(|()| None)
+            }
+            Write::RecreateUnit { unit, job } => {
+                let (_, name) = split(unit);
+                match crate::controller::unit_repair::recreate(&self.client, job, name).await {
+                    Ok(created) => {
+                        if created {
+                            tracing::info!(%unit, job = %job.name, "re-created the missing QueueUnit of a held job");
+                        }
+                        Ok(None)
+                    }
+                    Err(crate::controller::unit_repair::RepairError::Api(e)) => Err(e),
+                    Err(crate::controller::unit_repair::RepairError::Job(message)) => {
+                        tracing::warn!(%unit, job = %job.name, %message, "cannot re-create the missing QueueUnit");
+                        Ok(None)
+                    }
+                }
+            }
+            Write::Visibility {
+                unit,
+                position,
+                message,
+            } => {
+                self.patch_unit_status(unit, json!({ "position": position, "message": message }))
+                    .await
+            }
+            Write::DeleteUnit { unit } => {
+                let (ns, name) = split(unit);
+                match self
+                    .units(ns)
+                    .delete(name, &DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Write::EnsureQueue {
+                name,
+                queue,
+                exists,
+            } => {
+                let api: Api<Queue> = Api::namespaced(
+                    self.client.clone(),
+                    queue.metadata.namespace.as_deref().unwrap_or_default(),
+                );
+                if *exists {
+                    api.patch(
+                        name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(queue.as_ref()),
+                    )
+                    .await?;
+                } else {
+                    match api.create(&PostParams::default(), queue).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None)
+            }
+            Write::DeleteQueue { name } => {
+                let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Write::QueueStatus { name, status } => {
+                let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
+                let mut body = serde_json::to_value(status.as_ref()).unwrap_or(Value::Null);
+                // Merge patch: an emptied list must be written as empty, not omitted.
+                if body.get("queueItemDetails").is_none() {
+                    body["queueItemDetails"] = json!({ "active": [] });
+                }
+                api.patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": body })),
+                )
+                .await?;
+                Ok(None)
+            }
+            Write::Event {
+                regarding,
+                warning,
+                reason,
+                note,
+            } => {
+                let namespace = regarding.namespace.clone().unwrap_or_default();
+                let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+                let event = KubeEvent {
+                    metadata: kube::api::ObjectMeta {
+                        generate_name: Some(format!(
+                            "{}-",
+                            regarding.name.as_deref().unwrap_or("koord-queue")
+                        )),
+                        namespace: Some(namespace),
+                        ..Default::default()
+                    },
+                    action: Some((*reason).to_string()),
+                    reason: Some((*reason).to_string()),
+                    note: Some(note.chars().take(1000).collect()),
+                    type_: Some(if *warning { "Warning" } else { "Normal" }.to_string()),
+                    event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+                    regarding: Some(regarding.clone()),
+                    reporting_controller: Some("koord-queue.x-k8s.io/scheduler".into()),
+                    reporting_instance: Some(self.identity.clone()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &event).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) fn queue_namespace(&self) -> String {
+        self.namespace.clone()
+    }
+}

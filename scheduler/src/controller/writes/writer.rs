@@ -1,0 +1,183 @@
+//! The writer: slots that take the most urgent write from the backlog and
+//! perform it while this replica leads.
+
+use super::backlog::*;
+use super::*;
+
+/// Runs writes.
+#[derive(Clone)]
+pub struct Writer {
+    pub(super) client: kube::Client,
+    pub(super) leader: Leadership,
+    pub(super) backlog: Arc<Mutex<Backlog>>,
+    pub(super) ready: Arc<Notify>,
+    pub(super) done: mpsc::UnboundedSender<Written>,
+    pub(super) metrics: Metrics,
+    pub(super) identity: String,
+    pub(super) namespace: String,
+    pub(super) latency: WriteLatency,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+pub(super) const FIELD_MANAGER: &str = "koord-queue-scheduler";
+
+pub(super) fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+pub(super) fn split(unit: &Key) -> (&str, &str) {
+    unit.split_once('/').unwrap_or(("", unit))
+}
+
+pub(super) fn outcome_of(error: kube::Error) -> Outcome {
+    match error {
+        kube::Error::Api(e) if e.code == 404 => Outcome::Gone,
+        e => Outcome::Failed(e.to_string()),
+    }
+}
+
+impl Writer {
+    /// A writer sending results to `done`, at most `concurrency` writes at
+    /// once (that many workers, which stop when `done` is closed). Must be
+    /// called on a tokio runtime.
+    pub fn new(
+        client: kube::Client,
+        leader: Leadership,
+        concurrency: usize,
+        done: mpsc::UnboundedSender<Written>,
+        metrics: Metrics,
+        identity: String,
+        namespace: String,
+    ) -> Self {
+        let this = Self {
+            client,
+            leader,
+            backlog: Arc::default(),
+            ready: Arc::new(Notify::new()),
+            done,
+            metrics,
+            identity,
+            namespace,
+            latency: WriteLatency::default(),
+        };
+        for _ in 0..concurrency.max(1) {
+            tokio::spawn(this.clone().work());
+        }
+        this
+    }
+
+    /// How long recent writes took, in milliseconds.
+    pub fn latency_ms(&self) -> u64 {
+        self.latency.millis()
+    }
+
+    /// Queues `write`; its result arrives on the done channel.
+    pub fn submit(&self, write: Write) {
+        self.enqueue(write, None);
+    }
+
+    /// Queues `write` so that it can be withdrawn until a slot takes it:
+    /// `claim.take()` true means it will never be performed (and no result
+    /// arrives for it).
+    pub fn submit_withdrawable(&self, write: Write) -> Claim {
+        let claim = Claim::default();
+        self.enqueue(write, Some(claim.clone()));
+        claim
+    }
+
+    pub(super) fn enqueue(&self, write: Write, claim: Option<Claim>) {
+        if let Ok(mut backlog) = self.backlog.lock() {
+            if !backlog.push(write, claim) {
+                self.metrics.events_dropped.inc();
+                return;
+            }
+            self.metrics.write_backlog.set(backlog.len());
+        }
+        self.ready.notify_one();
+    }
+
+    /// The controller's watch shows `unit`'s last write (its
+    /// resourceVersion at least the one that write returned).
+    pub fn settled(&self, unit: &Key) {
+        let waiting = self
+            .backlog
+            .lock()
+            .is_ok_and(|mut backlog| backlog.settled(unit) && backlog.len() > 0);
+        if waiting {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next write, or, when none may go yet, whether a settle timing
+    /// out could let one go.
+    pub(super) fn next(&self) -> Result<Write, bool> {
+        let Ok(mut backlog) = self.backlog.lock() else {
+            return Err(false);
+        };
+        let write = backlog.pop(Instant::now());
+        self.metrics.write_backlog.set(backlog.len());
+        write.ok_or_else(|| backlog.only_settling_waits())
+    }
+
+    /// One slot: performs the most urgent waiting write, again and again,
+    /// until the controller is gone.
+    pub(super) async fn work(self) {
+        loop {
+            let write = loop {
+                // Registered before looking, so a submit in between is not missed.
+                let ready = self.ready.notified();
+                let settling = match self.next() {
+                    Ok(write) => break write,
+                    Err(settling) => settling,
+                };
+                tokio::select! {
+                    () = ready => {}
+                    () = self.done.closed() => return,
+                    () = tokio::time::sleep(SETTLE_POLL), if settling => {}
+                }
+            };
+            let outcome = if self.leader.is_leader() {
+                let started = Instant::now();
+                let outcome = self.perform(&write).await;
+                self.latency.observe(started.elapsed());
+                outcome
+            } else {
+                Outcome::NotLeader
+            };
+            if let Ok(mut backlog) = self.backlog.lock() {
+                backlog.finish(&write, &outcome, Instant::now());
+                if backlog.len() > 0 {
+                    // A write of the same unit may have waited for this one.
+                    self.ready.notify_one();
+                }
+            }
+            if let Outcome::Failed(error) = &outcome {
+                self.metrics
+                    .write_errors
+                    .get_or_create(&crate::controller::metrics::WriteLabels {
+                        operation: write.operation(),
+                    })
+                    .inc();
+                tracing::warn!(operation = write.operation(), %error, "write failed");
+            }
+            if self.done.send(Written { write, outcome }).is_err() {
+                return;
+            }
+        }
+    }
+
+    pub(super) fn units(&self, namespace: &str) -> Api<QueueUnit> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// The units of `namespace`, for writes whose answer is read for its
+    /// resourceVersion alone.
+    pub(super) fn unit_acks(&self, namespace: &str) -> Api<WriteAck> {
+        WriteAck::api::<QueueUnit>(&self.client, namespace)
+    }
+}
