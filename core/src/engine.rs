@@ -59,6 +59,19 @@ pub enum CoreError {
     },
 }
 
+impl CoreError {
+    /// Whether the step found nothing to do: the unit is gone, holds
+    /// nothing, or is not being reclaimed. The controller repeats such steps
+    /// safely (a release rolled back twice, a unit freed after it left);
+    /// any other error is a bookkeeping bug.
+    pub fn is_nothing_to_do(&self) -> bool {
+        matches!(
+            self,
+            Self::UnknownUnit(_) | Self::NotHolding(_) | Self::NotReclaimed(_)
+        )
+    }
+}
+
 /// The scheduling decision core: pure state and decisions, no I/O.
 #[derive(Debug)]
 pub struct Core {

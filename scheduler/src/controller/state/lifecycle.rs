@@ -58,7 +58,7 @@ impl Controller {
                 }
                 match (from, to) {
                     (Membership::Holding, Membership::Waiting) => {
-                        let _ = self.core.free(k);
+                        core_step("free", k, self.core.free(k));
                         changed = true;
                     }
                     (f, Membership::Holding) if f != Membership::Holding => {
@@ -69,7 +69,11 @@ impl Controller {
                         };
                         // The release time orders reclaim (most recent first),
                         // also after a restart.
-                        let _ = self.core.hold_at(k, &held, st.rec.allocated_ms);
+                        core_step(
+                            "hold_at",
+                            k,
+                            self.core.hold_at(k, &held, st.rec.allocated_ms),
+                        );
                         changed = true;
                     }
                     _ => {}
@@ -220,7 +224,7 @@ impl Controller {
             st.release_ack = true;
             if running && st.member == Membership::Holding {
                 // Its pods exist now: the namespace's ResourceQuota counts them.
-                let _ = self.core.mark_started(k);
+                core_step("mark_started", k, self.core.mark_started(k));
             }
         }
         if let Some(write) = write {

@@ -470,5 +470,16 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The outcome of a book-keeping step of the core: nothing to do (a
+/// repeated step) is fine, anything else is logged — it means the records
+/// and the core disagree.
+fn core_step(step: &'static str, unit: &str, result: Result<(), crate::core::CoreError>) {
+    if let Err(error) = result
+        && !error.is_nothing_to_do()
+    {
+        tracing::warn!(step, unit, %error, "the core refused a book-keeping step");
+    }
+}
+
 #[cfg(test)]
 mod tests;

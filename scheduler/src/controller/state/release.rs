@@ -20,7 +20,7 @@ impl Controller {
         for decision in out.decisions {
             let k: Key = decision.unit.clone();
             let Some(st) = self.units.get_mut(&k) else {
-                let _ = self.core.unreserve(&k);
+                core_step("unreserve", &k, self.core.unreserve(&k));
                 continue;
             };
             let job = self
@@ -33,7 +33,7 @@ impl Controller {
             }
             let (Some(job), false) = (job, st.busy) else {
                 // Cannot release now (job vanished, or a write is pending).
-                let _ = self.core.unreserve(&k);
+                core_step("unreserve", &k, self.core.unreserve(&k));
                 continue;
             };
             st.member = Membership::Holding;
@@ -115,12 +115,12 @@ impl Controller {
     pub(super) fn reclaim(&mut self, reclaim: crate::core::Reclaim) {
         let k: Key = reclaim.victim.clone();
         let Some(st) = self.units.get_mut(&k) else {
-            let _ = self.core.cancel_reclaim(&k);
+            core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
             return;
         };
         // A Running phase still waiting is moot: the victim goes to backoff.
         if st.busy && !st.withdraw() {
-            let _ = self.core.cancel_reclaim(&k);
+            core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
             return;
         }
         let Some(st) = self.units.get(&k) else {

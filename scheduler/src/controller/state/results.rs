@@ -101,7 +101,7 @@ impl Controller {
                     self.retry.insert(k.clone());
                 } else {
                     // Roll the reservation back; a later cycle retries.
-                    let _ = self.core.unreserve(&k);
+                    core_step("unreserve", &k, self.core.unreserve(&k));
                     st.member = Membership::Waiting;
                     st.released_here = false;
                     self.metrics
@@ -147,7 +147,7 @@ impl Controller {
                     }
                 } else if reason == RECLAIMED {
                     // The victim keeps its quota; the guaranteed unit plans again.
-                    let _ = self.core.cancel_reclaim(&k);
+                    core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
                     self.request_cycle();
                 } else {
                     self.retry.insert(k.clone());
