@@ -1,0 +1,207 @@
+//! What the controller keeps of the cluster around the units: ElasticQuotas, Queues, nodes, namespaces' ResourceQuotas.
+
+use super::*;
+
+/// What the controller knows of an ElasticQuota.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaRecord {
+    /// Name.
+    pub name: String,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Parent name (root quota name when unlabeled).
+    pub parent: String,
+    /// Inner node.
+    pub is_parent: bool,
+    /// min.
+    pub min: Resources,
+    /// max.
+    pub max: Resources,
+    /// Policy of its queue.
+    pub policy: QueuePolicy,
+    /// A min/max that could not be read.
+    pub invalid: Option<String>,
+    /// Order among quotas of the same name
+    /// ([`koord_queue_api::elastic_quota::precedence_key`]).
+    pub precedence: (i64, String),
+}
+
+impl QuotaRecord {
+    /// The record of `quota`.
+    pub fn from_quota(quota: &ElasticQuota) -> Self {
+        let parse = |list: &Option<koord_queue_api::queue_unit::ResourceList>| {
+            list.as_ref()
+                .map(Resources::from_list)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let (min, max, invalid) = match (parse(&quota.spec.min), parse(&quota.spec.max)) {
+            (Ok(min), Ok(max)) => (min, max, None),
+            (Err(e), _) | (_, Err(e)) => (Resources::new(), Resources::new(), Some(e.to_string())),
+        };
+        Self {
+            name: quota.name_any(),
+            namespace: quota.namespace().unwrap_or_default(),
+            parent: quota.parent_name().to_string(),
+            is_parent: quota.is_parent(),
+            min,
+            max,
+            policy: quota
+                .labels()
+                .get(keys::QUEUE_POLICY_LABEL)
+                .and_then(|v| QueuePolicy::from_label(v))
+                .unwrap_or_default(),
+            invalid,
+            precedence: koord_queue_api::elastic_quota::precedence_key(&quota.metadata),
+        }
+    }
+}
+
+/// What the controller knows of a Queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueRecord {
+    /// Name.
+    pub name: String,
+    /// Serving priority.
+    pub priority: i32,
+    /// Policy.
+    pub policy: QueuePolicy,
+    /// Quota this queue was created for (label), if any.
+    pub managed_for: Option<String>,
+    /// Published status (to write only when it changes).
+    pub status: Option<koord_queue_api::QueueStatus>,
+    /// Whether guaranteed units may reclaim borrowed quota.
+    pub reclaim: bool,
+    /// Admission checks of the queue.
+    pub checks: Vec<koord_queue_api::queue::AdmissionCheckRef>,
+    /// Strict dequeue: `Some(Some(timeout))` on, `Some(None)` off, `None`
+    /// when the queue leaves it to the scheduler's global setting.
+    pub strict: Option<Option<std::time::Duration>>,
+    /// Running timeout.
+    pub running_timeout: Option<std::time::Duration>,
+}
+
+/// Label on Queues the scheduler keeps for an ElasticQuota.
+pub const QUEUE_FOR_QUOTA_LABEL: &str = "koord-queue/elastic-quota";
+
+impl QueueRecord {
+    /// The record of `queue`.
+    pub fn from_queue(queue: &Queue) -> Self {
+        Self {
+            name: queue.name_any(),
+            priority: queue.spec.effective_priority(),
+            policy: queue.spec.queue_policy,
+            managed_for: queue.labels().get(QUEUE_FOR_QUOTA_LABEL).cloned(),
+            status: queue.status.clone(),
+            reclaim: queue.spec.reclaim.unwrap_or(true),
+            checks: queue.spec.admission_checks.clone(),
+            strict: queue.spec.strict_dequeue.as_ref().map(|s| {
+                s.enabled.then(|| {
+                    std::time::Duration::from_secs(
+                        s.timeout_seconds.unwrap_or(300).max(1).unsigned_abs(),
+                    )
+                })
+            }),
+            running_timeout: queue
+                .spec
+                .running_timeout_seconds
+                .filter(|t| *t > 0)
+                .map(|t| std::time::Duration::from_secs(t.unsigned_abs())),
+        }
+    }
+}
+
+/// A node's contribution to the cluster capacity.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NodeRecord {
+    /// Node name.
+    pub name: String,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Condition Ready=True and schedulable.
+    pub ready: bool,
+}
+
+impl NodeRecord {
+    /// The record of `node`.
+    pub fn from_node(node: &Node) -> Self {
+        let status = node.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            && !node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            allocatable: status
+                .allocatable
+                .as_ref()
+                .and_then(|a| Resources::from_list(a).ok())
+                .unwrap_or_default(),
+            ready,
+        }
+    }
+}
+
+/// A namespace ResourceQuota, reduced to the resources a unit's request
+/// names: `requests.cpu` and `cpu` count as `cpu`, and so on; limits and
+/// object counts are not checked.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NamespaceQuotaRecord {
+    /// Namespace.
+    pub namespace: String,
+    /// Name of the ResourceQuota.
+    pub name: String,
+    /// Hard limits on requests.
+    pub hard: Resources,
+    /// Requests in use.
+    pub used: Resources,
+}
+
+impl NamespaceQuotaRecord {
+    /// The record of `quota`.
+    pub fn from_quota(quota: &k8s_openapi::api::core::v1::ResourceQuota) -> Self {
+        let requests = |list: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| {
+            let mut out = Resources::new();
+            for (key, q) in list.into_iter().flatten() {
+                let name = key.strip_prefix("requests.").unwrap_or(key);
+                if key.starts_with("limits.")
+                    || key.starts_with("count/")
+                    || name == "pods"
+                    || name.contains("services")
+                {
+                    continue;
+                }
+                if let Ok(v) = koord_queue_api::resources::parse_quantity(name, &q.0) {
+                    // `cpu` and `requests.cpu` may both be set: the tighter wins.
+                    let cur = if out.contains(name) {
+                        out.get(name).min(v)
+                    } else {
+                        v
+                    };
+                    out.set(name, cur);
+                }
+            }
+            out
+        };
+        let spec = quota.spec.as_ref();
+        let status = quota.status.as_ref();
+        Self {
+            namespace: quota.namespace().unwrap_or_default(),
+            name: quota.name_any(),
+            hard: requests(
+                status
+                    .and_then(|s| s.hard.as_ref())
+                    .or_else(|| spec.and_then(|s| s.hard.as_ref())),
+            ),
+            used: requests(status.and_then(|s| s.used.as_ref())),
+        }
+    }
+}

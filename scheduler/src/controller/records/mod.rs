@@ -1,0 +1,203 @@
+//! Compact records of the watched objects: only what the controller decides
+//! on, so that 100,000 cached units stay small (pod templates are dropped).
+
+mod cluster;
+mod job;
+mod unit;
+
+pub use cluster::{
+    NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
+};
+pub use job::{JobKey, JobRecord, PodRecord, hold_release_patches};
+pub use unit::UnitRecord;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::ResourceListExt as _;
+use koord_queue_api::jobs::watched::WatchedJob;
+use koord_queue_api::jobs::{self, JobAdapter, JobState};
+use koord_queue_api::queue_unit::QueueUnitPhase;
+use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, QueueUnit, Resources, keys};
+use kube::ResourceExt;
+use serde_json::Value;
+
+/// `namespace/name`.
+pub type Key = Arc<str>;
+
+/// Builds a `namespace/name` key.
+pub fn key(namespace: &str, name: &str) -> Key {
+    Arc::from(format!("{namespace}/{name}"))
+}
+
+/// A name that many records repeat: a namespace, queue, quota or job kind.
+/// 100,000 units name 50 namespaces and 1,000 queues; one shared copy of
+/// each saves a heap string per field and record (~15 MB at 100,000 units).
+pub type Name = Arc<str>;
+
+struct Interner {
+    names: HashSet<Name>,
+    /// Size at which names no record holds any more are dropped.
+    purge_at: usize,
+}
+
+static NAMES: LazyLock<Mutex<Interner>> = LazyLock::new(|| {
+    Mutex::new(Interner {
+        names: HashSet::new(),
+        purge_at: 1024,
+    })
+});
+
+/// The shared copy of `name`.
+pub fn intern(name: &str) -> Name {
+    // The set is never left half-updated, so a poisoned lock is still usable.
+    let mut interner = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(shared) = interner.names.get(name) {
+        return shared.clone();
+    }
+    if interner.names.len() >= interner.purge_at {
+        // Names of deleted namespaces or queues: only the set holds them.
+        interner.names.retain(|n| Arc::strong_count(n) > 1);
+        interner.purge_at = (interner.names.len() * 2).max(1024);
+    }
+    let shared: Name = Arc::from(name);
+    interner.names.insert(shared.clone());
+    shared
+}
+
+/// Parses a resourceVersion for ordering our own writes against watch events.
+/// etcd-backed resourceVersions are increasing integers; anything else is
+/// treated as unordered.
+pub fn rv_number(rv: Option<&str>) -> Option<u64> {
+    rv?.parse().ok()
+}
+
+/// Labels of a unit, sorted by key. A `BTreeMap` node costs ~550 bytes even
+/// for the one label a unit usually carries; 100,000 units are cached. Keys
+/// and values are shared names: units repeat the same few keys, and values
+/// such as the quota name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Labels(Box<[(Name, Name)]>);
+
+impl Labels {
+    /// The labels of `map`.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Self {
+        Self(map.iter().map(|(k, v)| (intern(k), intern(v))).collect())
+    }
+
+    /// The value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// As a map.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+/// Finds the adapter of a job kind by apiVersion and kind.
+pub fn adapter_for(api_version: &str, kind: &str) -> Option<&'static dyn JobAdapter> {
+    jobs::for_api_version(api_version, kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_names_share_one_copy_and_unused_ones_are_dropped() {
+        // Other tests intern concurrently: names unique to this test.
+        let a = intern("intern-test-namespace");
+        let b = intern(&String::from("intern-test-namespace"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*a, "intern-test-namespace");
+        drop((a, b));
+        // Enough new names to pass the purge size: the unused ones go.
+        let kept: Vec<Name> = (0..3000)
+            .map(|i| intern(&format!("intern-test-{i}")))
+            .collect();
+        let set = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(!set.names.contains("intern-test-namespace"));
+        assert!(kept.iter().all(|n| set.names.contains(&**n)));
+    }
+
+    #[test]
+    fn release_and_hold_patches_touch_only_the_hold_fields() {
+        let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
+        let (release, hold) = hold_release_patches(tf);
+        assert_eq!(
+            release,
+            serde_json::json!({
+                "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: null } },
+                "spec": { "runPolicy": { "suspend": false } }
+            })
+        );
+        assert_eq!(
+            hold,
+            serde_json::json!({
+                "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: "true" } },
+                "spec": { "runPolicy": { "suspend": true } }
+            })
+        );
+        let job = jobs::for_kind("batch", "Job").unwrap();
+        let (release, hold) = hold_release_patches(job);
+        assert_eq!(release, serde_json::json!({ "spec": { "suspend": false } }));
+        assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
+    }
+
+    fn object(value: Value) -> WatchedJob {
+        WatchedJob::from_value(&value).unwrap()
+    }
+
+    #[test]
+    fn a_job_record_reads_the_hold_from_fields_or_annotations() {
+        let batch = jobs::for_kind("batch", "Job").unwrap();
+        let job = |suspend: bool| {
+            object(serde_json::json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": { "name": "j", "namespace": "ns", "uid": "u-1",
+                              "annotations": { keys::QUEUE_UNIT_ANNOTATION: "j-1" } },
+                "spec": { "suspend": suspend, "template": { "spec": { "containers": [] } } },
+                "status": { "active": 1 },
+            }))
+        };
+        let held = JobRecord::from_object(batch, job(true)).unwrap();
+        assert!(held.held);
+        assert_eq!(
+            (
+                held.name.as_str(),
+                held.uid.as_str(),
+                held.unit_name.as_str()
+            ),
+            ("j", "u-1", "j-1")
+        );
+        let running = JobRecord::from_object(batch, job(false)).unwrap();
+        assert!(!running.held);
+        assert_eq!(running.state, JobState::Running);
+
+        // A Kubeflow job held by the annotation alone.
+        let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
+        let tfjob = object(serde_json::json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": { "name": "t", "namespace": "ns",
+                          "annotations": { keys::QUEUE_UNIT_ANNOTATION: "t-1",
+                                           keys::SUSPEND_ANNOTATION: "true" } },
+            "spec": { "tfReplicaSpecs": {} },
+        }));
+        assert!(JobRecord::from_object(tf, tfjob).unwrap().held);
+
+        // Not queued by Koord-Queue: no record.
+        let mut plain = job(false);
+        plain.metadata.annotations = None;
+        assert!(JobRecord::from_object(batch, plain).is_none());
+    }
+}

@@ -1,0 +1,160 @@
+//! What the controller keeps of a QueueUnit.
+
+use super::*;
+
+/// What the controller knows of a QueueUnit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnitRecord {
+    /// Namespace.
+    pub namespace: Name,
+    /// Name.
+    pub name: String,
+    /// resourceVersion of the observed object.
+    pub resource_version: Option<u64>,
+    /// Creation time, ms since the epoch.
+    pub created_ms: i64,
+    /// Queue named in the spec.
+    pub queue: Name,
+    /// The quota label, if any.
+    pub quota: Option<Name>,
+    /// Priority.
+    pub priority: i32,
+    /// Total resources.
+    pub request: Resources,
+    /// Labels (admission checks select units by them).
+    pub labels: Labels,
+    /// Kind of the job.
+    pub job_kind: Name,
+    /// Name of the job.
+    pub job_name: String,
+    /// Key of the job, made once: passes over every unit look it up.
+    job: JobKey,
+    /// Uid of the job once adopted (owner reference).
+    pub owner_uid: Option<String>,
+    /// Observed phase.
+    pub phase: Option<QueueUnitPhase>,
+    /// Sum of `status.admissions[].resources`: what the unit holds.
+    pub held: Resources,
+    /// `status.message`.
+    pub message: Option<String>,
+    /// `status.position`.
+    pub position: Option<i64>,
+    /// `status.attempts`.
+    pub attempts: i64,
+    /// `status.admissionChecks`.
+    pub checks: Vec<koord_queue_api::queue_unit::AdmissionCheckState>,
+    /// `status.requeueState.count`.
+    pub requeue_count: i32,
+    /// `status.requeueState.requeueAt`, ms since the epoch.
+    pub requeue_at_ms: Option<i64>,
+    /// `status.lastAllocateTime`, ms since the epoch.
+    pub allocated_ms: Option<i64>,
+    /// Pod sets: name, count and resources of the whole set.
+    pub pod_sets: Box<[(Name, i32, Resources)]>,
+    /// Whether the unit is being deleted.
+    pub deleting: bool,
+    /// Whether `spec.resource` could not be read (the unit is then never released).
+    pub invalid: Option<String>,
+}
+
+impl UnitRecord {
+    /// The record of `unit`.
+    pub fn from_unit(mut unit: QueueUnit) -> Self {
+        // Taken, not copied: this runs on every unit event.
+        let status = unit.status.take().unwrap_or_default();
+        let spec = &unit.spec;
+        let (request, invalid) = match Resources::from_list(&spec.resource) {
+            Ok(r) => (r, None),
+            Err(e) => (Resources::new(), Some(e.to_string())),
+        };
+        let mut held = Resources::new();
+        for admission in &status.admissions {
+            if let Ok(r) = Resources::from_list(&admission.resources) {
+                held.add(&r);
+            }
+        }
+        let job_uid = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+            r.kind == spec.consumer_ref.kind.clone().unwrap_or_default()
+                && Some(&r.name) == spec.consumer_ref.name.as_ref()
+        };
+        let labels = unit.labels();
+        let namespace = unit.metadata.namespace.as_deref().unwrap_or_default();
+        let job_kind = spec.consumer_ref.kind.as_deref().unwrap_or_default();
+        let job_name = spec.consumer_ref.name.clone().unwrap_or_default();
+        Self {
+            job: JobKey::new(job_kind, namespace, &job_name),
+            namespace: intern(namespace),
+            name: unit.name_any(),
+            resource_version: rv_number(unit.metadata.resource_version.as_deref()),
+            created_ms: unit
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+                .unwrap_or(0),
+            queue: intern(&spec.queue),
+            quota: labels
+                .get(keys::QUOTA_NAME_LABEL)
+                .filter(|q| !q.is_empty())
+                .map(|q| intern(q)),
+            priority: spec.effective_priority(),
+            request,
+            labels: Labels::from_map(labels),
+            job_kind: intern(job_kind),
+            job_name,
+            owner_uid: unit
+                .owner_references()
+                .iter()
+                .find(|r| job_uid(r))
+                .map(|r| r.uid.clone()),
+            phase: status.phase,
+            held,
+            message: status.message,
+            position: status.position,
+            attempts: status.attempts.unwrap_or(0),
+            checks: status.admission_checks.clone(),
+            requeue_count: status.requeue_state.as_ref().map_or(0, |r| r.count),
+            requeue_at_ms: status
+                .requeue_state
+                .as_ref()
+                .and_then(|r| r.requeue_at.as_ref())
+                .map(|t| t.0.as_millisecond()),
+            allocated_ms: status
+                .last_allocate_time
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
+            pod_sets: spec
+                .pod_set
+                .iter()
+                .map(|ps| {
+                    let per_pod = serde_json::to_value(&ps.template)
+                        .ok()
+                        .and_then(|t| jobs::pod_template_requests(&t).ok())
+                        .unwrap_or_default();
+                    (
+                        intern(&ps.name),
+                        ps.count,
+                        per_pod.scaled(i64::from(ps.count)),
+                    )
+                })
+                .collect(),
+            deleting: unit.metadata.deletion_timestamp.is_some(),
+            invalid,
+        }
+    }
+
+    /// Key of the unit.
+    pub fn key(&self) -> Key {
+        key(&self.namespace, &self.name)
+    }
+
+    /// Key of the unit's job (kind-qualified).
+    pub fn job_key(&self) -> JobKey {
+        self.job.clone()
+    }
+
+    /// Whether the observed status says the unit holds quota.
+    pub fn holds_quota(&self) -> bool {
+        self.phase.is_some_and(QueueUnitPhase::holds_quota)
+    }
+}
