@@ -37,33 +37,14 @@ impl Writer {
         }
     }
 
+    /// Sends `write`: one function per write kind.
     pub(super) async fn try_perform(&self, write: &Write) -> Result<Option<u64>, kube::Error> {
         match write {
-            Write::Adopt { unit, job } => {
-                let (ns, name) = split(unit);
-                let kind = job.adapter.kind();
-                let owner = json!({
-                    "metadata": { "ownerReferences": [{
-                        "apiVersion": kind.api_version(), "kind": kind.kind,
-                        "name": job.name, "uid": job.uid,
-                        "controller": false, "blockOwnerDeletion": false,
-                    }]},
-                    "spec": { "consumerRef": { "uid": job.uid } },
-                });
-                let patched = self
-                    .unit_acks(ns)
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
-                    .await?;
-                Ok(crate::controller::records::rv_number(
-                    patched.resource_version(),
-                ))
-            }
+            Write::Adopt { unit, job } => self.adopt(unit, job).await,
             Write::Enqueue { unit, message, .. } => {
                 self.patch_unit_status(
                     unit,
-                    json!({
-                        "phase": "Enqueued", "message": message, "lastUpdateTime": now(),
-                    }),
+                    json!({ "phase": "Enqueued", "message": message, "lastUpdateTime": now() }),
                 )
                 .await
             }
@@ -76,57 +57,18 @@ impl Writer {
                 checks,
                 message,
             } => {
-                let mut status = json!({
-                    "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
-                    "conditions": phase.standard_conditions(None, message, &now()),
-                });
-                if let Some(admissions) = admissions {
-                    status["admissions"] = json!(admissions);
-                }
-                if admissions.is_some() || *phase != QueueUnitPhase::Reserved {
-                    status["lastAllocateTime"] = json!(now());
-                }
-                if let Some(attempts) = attempts {
-                    status["attempts"] = json!(attempts);
-                }
-                if let Some(checks) = checks {
-                    status["admissionChecks"] = json!(checks);
-                }
+                let status = release_status(
+                    *phase,
+                    message,
+                    admissions.as_deref(),
+                    *attempts,
+                    checks.as_deref(),
+                );
                 let rv = self.patch_unit_status(unit, status).await?;
                 if *phase == QueueUnitPhase::Reserved {
                     return Ok(rv); // the job stays held until every check is Ready
                 }
-                let (release, _) = hold_release_patches(job.adapter);
-                let mut last = None;
-                for attempt in 0..3u32 {
-                    match self.patch_job(job, &release).await {
-                        Ok(()) => return Ok(rv),
-                        Err(kube::Error::Api(e)) if e.code == 404 => {
-                            last = Some(kube::Error::Api(e));
-                            break;
-                        }
-                        Err(e) => {
-                            last = Some(e);
-                            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                        }
-                    }
-                }
-                // The job could not be released: give the reservation back so
-                // the unit waits again instead of holding quota for nothing.
-                let revert = self
-                    .patch_unit_status(
-                        unit,
-                        json!({
-                            "phase": "Enqueued", "admissions": [], "admissionChecks": [],
-                            "message": "release failed; waiting to be retried",
-                            "conditions": QueueUnitPhase::Enqueued.standard_conditions(None, "", &now()),
-                        }),
-                    )
-                    .await;
-                if let Err(e) = revert {
-                    tracing::warn!(%unit, error = %e, "cannot revert a failed release");
-                }
-                Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+                self.lift_hold(unit, job).await.map(|()| rv)
             }
             Write::Backoff {
                 unit,
@@ -138,22 +80,11 @@ impl Writer {
                 requeue_at,
             } => {
                 if let Some(via) = via {
-                    self.patch_unit_status(
-                        unit,
-                        json!({
-                            "phase": via, "message": message, "lastUpdateTime": now(),
-                            "conditions": via.standard_conditions(Some(reason), message, &now()),
-                        }),
-                    )
-                    .await?;
+                    let status = phase_status(*via, Some(reason), message, None);
+                    self.patch_unit_status(unit, status).await?;
                 }
                 if let Some(job) = job {
-                    let (_, hold) = hold_release_patches(job.adapter);
-                    match self.patch_job(job, &hold).await {
-                        Ok(()) => {}
-                        Err(kube::Error::Api(e)) if e.code == 404 => {}
-                        Err(e) => return Err(e),
-                    }
+                    self.hold(job).await?;
                 }
                 self.patch_unit_status(unit, json!({
                     "phase": "TimeoutBackoff", "message": message, "admissions": [], "admissionChecks": [],
@@ -169,40 +100,14 @@ impl Writer {
                 admissions,
                 message,
             } => {
-                // The conditions follow the phase: a finished unit reads
-                // Finished, not still QuotaReserved and Admitted.
-                let mut status = json!({
-                    "phase": phase, "message": message, "lastUpdateTime": now(),
-                    "conditions": phase.standard_conditions(None, message, &now()),
-                });
-                if let Some(admissions) = admissions {
-                    status["admissions"] = json!(admissions);
-                }
-                if !phase.holds_quota() && *phase != QueueUnitPhase::Enqueued {
-                    status["position"] = Value::Null;
-                }
+                let status = phase_status(*phase, None, message, admissions.as_deref());
                 self.patch_unit_status(unit, status).await
             }
             Write::HoldJob { job, .. } => {
                 let (_, hold) = hold_release_patches(job.adapter);
                 self.patch_job(job, &hold).await.map(|()| None)
             }
-            Write::RecreateUnit { unit, job } => {
-                let (_, name) = split(unit);
-                match crate::controller::unit_repair::recreate(&self.client, job, name).await {
-                    Ok(created) => {
-                        if created {
-                            tracing::info!(%unit, job = %job.name, "re-created the missing QueueUnit of a held job");
-                        }
-                        Ok(None)
-                    }
-                    Err(crate::controller::unit_repair::RepairError::Api(e)) => Err(e),
-                    Err(crate::controller::unit_repair::RepairError::Job(message)) => {
-                        tracing::warn!(%unit, job = %job.name, %message, "cannot re-create the missing QueueUnit");
-                        Ok(None)
-                    }
-                }
-            }
+            Write::RecreateUnit { unit, job } => self.recreate_unit(unit, job).await,
             Write::Visibility {
                 unit,
                 position,
@@ -213,98 +118,254 @@ impl Writer {
             }
             Write::DeleteUnit { unit } => {
                 let (ns, name) = split(unit);
-                match self
+                let deleted = self
                     .units(ns)
                     .delete(name, &DeleteParams::background())
-                    .await
-                {
-                    Ok(_) => Ok(None),
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-                    Err(e) => Err(e),
-                }
+                    .await;
+                gone_is_fine(deleted.map(|_| ()))
             }
             Write::EnsureQueue {
                 name,
                 queue,
                 exists,
-            } => {
-                let api: Api<Queue> = Api::namespaced(
-                    self.client.clone(),
-                    queue.metadata.namespace.as_deref().unwrap_or_default(),
-                );
-                if *exists {
-                    api.patch(
-                        name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(queue.as_ref()),
-                    )
-                    .await?;
-                } else {
-                    match api.create(&PostParams::default(), queue).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(None)
-            }
+            } => self.ensure_queue(name, queue, *exists).await,
             Write::DeleteQueue { name } => {
                 let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
-                match api.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => Ok(None),
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-                    Err(e) => Err(e),
-                }
+                gone_is_fine(api.delete(name, &DeleteParams::default()).await.map(|_| ()))
             }
-            Write::QueueStatus { name, status } => {
-                let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
-                let mut body = serde_json::to_value(status.as_ref()).unwrap_or(Value::Null);
-                // Merge patch: an emptied list must be written as empty, not omitted.
-                if body.get("queueItemDetails").is_none() {
-                    body["queueItemDetails"] = json!({ "active": [] });
-                }
-                api.patch_status(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "status": body })),
-                )
-                .await?;
-                Ok(None)
-            }
+            Write::QueueStatus { name, status } => self.queue_status(name, status).await,
             Write::Event {
                 regarding,
                 warning,
                 reason,
                 note,
-            } => {
-                let namespace = regarding.namespace.clone().unwrap_or_default();
-                let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
-                let event = KubeEvent {
-                    metadata: kube::api::ObjectMeta {
-                        generate_name: Some(format!(
-                            "{}-",
-                            regarding.name.as_deref().unwrap_or("koord-queue")
-                        )),
-                        namespace: Some(namespace),
-                        ..Default::default()
-                    },
-                    action: Some((*reason).to_string()),
-                    reason: Some((*reason).to_string()),
-                    note: Some(note.chars().take(1000).collect()),
-                    type_: Some(if *warning { "Warning" } else { "Normal" }.to_string()),
-                    event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-                    regarding: Some(regarding.clone()),
-                    reporting_controller: Some("koord-queue.x-k8s.io/scheduler".into()),
-                    reporting_instance: Some(self.identity.clone()),
-                    ..Default::default()
-                };
-                api.create(&PostParams::default(), &event).await?;
+            } => self.create_event(regarding, *warning, reason, note).await,
+        }
+    }
+
+    /// Adoption: the unit is owned by its job (garbage collection deletes it
+    /// with the job) and names the job's uid.
+    async fn adopt(&self, unit: &Key, job: &JobRef) -> Result<Option<u64>, kube::Error> {
+        let (ns, name) = split(unit);
+        let kind = job.adapter.kind();
+        let owner = json!({
+            "metadata": { "ownerReferences": [{
+                "apiVersion": kind.api_version(), "kind": kind.kind,
+                "name": job.name, "uid": job.uid,
+                "controller": false, "blockOwnerDeletion": false,
+            }]},
+            "spec": { "consumerRef": { "uid": job.uid } },
+        });
+        let patched = self
+            .unit_acks(ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
+            .await?;
+        Ok(crate::controller::records::rv_number(
+            patched.resource_version(),
+        ))
+    }
+
+    /// Lifts the job's hold after its unit's release was written, retried;
+    /// if the job cannot be released the unit is put back to Enqueued — the
+    /// one place a release is compensated in the API (the controller gives
+    /// the reservation back to the core when the write fails).
+    async fn lift_hold(&self, unit: &Key, job: &JobRef) -> Result<(), kube::Error> {
+        let (release, _) = hold_release_patches(job.adapter);
+        let mut last = None;
+        for attempt in 0..3u32 {
+            match self.patch_job(job, &release).await {
+                Ok(()) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    last = Some(kube::Error::Api(e));
+                    break;
+                }
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+            }
+        }
+        // The job could not be released: give the reservation back so the
+        // unit waits again instead of holding quota for nothing.
+        let revert = self
+            .patch_unit_status(
+                unit,
+                json!({
+                    "phase": "Enqueued", "admissions": [], "admissionChecks": [],
+                    "message": "release failed; waiting to be retried",
+                    "conditions": QueueUnitPhase::Enqueued.standard_conditions(None, "", &now()),
+                }),
+            )
+            .await;
+        if let Err(e) = revert {
+            tracing::warn!(%unit, error = %e, "cannot revert a failed release");
+        }
+        Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+    }
+
+    /// Holds the job again (a job already gone needs no hold).
+    async fn hold(&self, job: &JobRef) -> Result<(), kube::Error> {
+        let (_, hold) = hold_release_patches(job.adapter);
+        gone_is_fine(self.patch_job(job, &hold).await).map(|_| ())
+    }
+
+    async fn recreate_unit(&self, unit: &Key, job: &JobRef) -> Result<Option<u64>, kube::Error> {
+        use crate::controller::unit_repair::{RepairError, recreate};
+        let (_, name) = split(unit);
+        match recreate(&self.client, job, name).await {
+            Ok(created) => {
+                if created {
+                    tracing::info!(%unit, job = %job.name, "re-created the missing QueueUnit of a held job");
+                }
+                Ok(None)
+            }
+            Err(RepairError::Api(e)) => Err(e),
+            Err(RepairError::Job(message)) => {
+                tracing::warn!(%unit, job = %job.name, %message, "cannot re-create the missing QueueUnit");
                 Ok(None)
             }
         }
     }
 
+    /// Creates the Queue of a quota, or applies its spec when it exists.
+    async fn ensure_queue(
+        &self,
+        name: &str,
+        queue: &Queue,
+        exists: bool,
+    ) -> Result<Option<u64>, kube::Error> {
+        let api: Api<Queue> = Api::namespaced(
+            self.client.clone(),
+            queue.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        if exists {
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(queue),
+            )
+            .await?;
+            return Ok(None);
+        }
+        match api.create(&PostParams::default(), queue).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn queue_status(
+        &self,
+        name: &str,
+        status: &QueueStatus,
+    ) -> Result<Option<u64>, kube::Error> {
+        let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
+        let mut body = serde_json::to_value(status).unwrap_or(Value::Null);
+        // Merge patch: an emptied list must be written as empty, not omitted.
+        if body.get("queueItemDetails").is_none() {
+            body["queueItemDetails"] = json!({ "active": [] });
+        }
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": body })),
+        )
+        .await?;
+        Ok(None)
+    }
+
+    async fn create_event(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: &str,
+    ) -> Result<Option<u64>, kube::Error> {
+        let namespace = regarding.namespace.clone().unwrap_or_default();
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let event = KubeEvent {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!(
+                    "{}-",
+                    regarding.name.as_deref().unwrap_or("koord-queue")
+                )),
+                namespace: Some(namespace),
+                ..Default::default()
+            },
+            action: Some(reason.to_string()),
+            reason: Some(reason.to_string()),
+            note: Some(note.chars().take(1000).collect()),
+            type_: Some(if warning { "Warning" } else { "Normal" }.to_string()),
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some("koord-queue.x-k8s.io/scheduler".into()),
+            reporting_instance: Some(self.identity.clone()),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &event).await?;
+        Ok(None)
+    }
+
     pub(super) fn queue_namespace(&self) -> String {
         self.namespace.clone()
     }
+}
+
+/// A delete or hold of an object that is gone already has nothing to do.
+fn gone_is_fine(result: Result<(), kube::Error>) -> Result<Option<u64>, kube::Error> {
+    match result {
+        Ok(()) => Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The status a release writes: the phase with its conditions, what the unit
+/// holds, when it was allocated, its attempts and checks.
+fn release_status(
+    phase: QueueUnitPhase,
+    message: &str,
+    admissions: Option<&[Admission]>,
+    attempts: Option<i64>,
+    checks: Option<&[AdmissionCheckState]>,
+) -> Value {
+    let mut status = json!({
+        "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
+        "conditions": phase.standard_conditions(None, message, &now()),
+    });
+    if let Some(admissions) = admissions {
+        status["admissions"] = json!(admissions);
+    }
+    if admissions.is_some() || phase != QueueUnitPhase::Reserved {
+        status["lastAllocateTime"] = json!(now());
+    }
+    if let Some(attempts) = attempts {
+        status["attempts"] = json!(attempts);
+    }
+    if let Some(checks) = checks {
+        status["admissionChecks"] = json!(checks);
+    }
+    status
+}
+
+/// The status of a phase change. The conditions follow the phase: a
+/// finished unit reads Finished, not still QuotaReserved and Admitted; a
+/// unit that neither holds quota nor waits has no position.
+fn phase_status(
+    phase: QueueUnitPhase,
+    reason: Option<&str>,
+    message: &str,
+    admissions: Option<&[Admission]>,
+) -> Value {
+    let mut status = json!({
+        "phase": phase, "message": message, "lastUpdateTime": now(),
+        "conditions": phase.standard_conditions(reason, message, &now()),
+    });
+    if let Some(admissions) = admissions {
+        status["admissions"] = json!(admissions);
+    }
+    if reason.is_none() && !phase.holds_quota() && phase != QueueUnitPhase::Enqueued {
+        status["position"] = Value::Null;
+    }
+    status
 }
