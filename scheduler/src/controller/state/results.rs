@@ -59,60 +59,15 @@ impl Controller {
                 phase,
                 checks,
                 ..
-            } => {
-                st.busy = false;
-                let from_reserved = admissions.is_none();
-                if ok_rv.is_some() {
-                    st.release_written(phase, admissions.as_deref(), attempts, checks);
-                    let waited = (now_ms() - st.rec.created_ms).max(0);
-                    let queue = queue_of(&st.rec).to_string();
-                    if phase == QueueUnitPhase::Reserved {
-                        let names: Vec<String> =
-                            st.rec.checks.iter().map(|c| c.name.clone()).collect();
-                        self.event(
-                            &job,
-                            false,
-                            "QuotaReserved",
-                            format!(
-                                "quota reserved in queue {queue}; waiting for admission checks: {}",
-                                names.join(", ")
-                            ),
-                        );
-                    } else {
-                        self.metrics
-                            .attempts
-                            .get_or_create(&AttemptLabels {
-                                result: "released".into(),
-                            })
-                            .inc();
-                        self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
-                        self.event(
-                            &job,
-                            false,
-                            "Released",
-                            format!(
-                                "released from queue {queue} after {:.1}s",
-                                waited as f64 / 1000.0
-                            ),
-                        );
-                    }
-                } else if from_reserved {
-                    // The unit still holds its reservation; retried on the next pass.
-                    self.retry.insert(k.clone());
-                } else {
-                    // Roll the reservation back; a later cycle retries.
-                    core_step("unreserve", &k, self.core.unreserve(&k));
-                    st.member = Membership::Waiting;
-                    st.released_here = false;
-                    self.metrics
-                        .attempts
-                        .get_or_create(&AttemptLabels {
-                            result: "failed".into(),
-                        })
-                        .inc();
-                    self.request_cycle();
-                }
-            }
+            } => self.on_release_written(
+                &k,
+                job,
+                phase,
+                admissions,
+                attempts,
+                checks,
+                ok_rv.is_some(),
+            ),
             Write::Backoff {
                 job,
                 reason,
@@ -120,39 +75,14 @@ impl Controller {
                 count,
                 requeue_at,
                 ..
-            } => {
-                st.busy = false;
-                if ok_rv.is_some() {
-                    st.rec.phase = Some(QueueUnitPhase::TimeoutBackoff);
-                    st.rec.held = Resources::new();
-                    st.rec.checks.clear();
-                    st.rec.requeue_count = count;
-                    st.rec.requeue_at_ms = Some(requeue_at.0.as_millisecond());
-                    st.released_here = false;
-                    self.timed.insert(k.clone());
-                    let event_reason = match reason {
-                        RECLAIMED => "Reclaimed",
-                        "AdmissionCheck" => "AdmissionCheckFailed",
-                        "SchedulingTimeout" => "SchedulingFailed",
-                        _ => "RunningTimeout",
-                    };
-                    let target = job.or_else(|| {
-                        self.jobs
-                            .get(&st.rec.job_key())
-                            .filter(|j| j.unit_name == st.rec.name)
-                            .map(job_ref)
-                    });
-                    if let Some(job) = target {
-                        self.event(&job, true, event_reason, message);
-                    }
-                } else if reason == RECLAIMED {
-                    // The victim keeps its quota; the guaranteed unit plans again.
-                    core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
-                    self.request_cycle();
-                } else {
-                    self.retry.insert(k.clone());
-                }
-            }
+            } => self.on_backoff_written(
+                &k,
+                job,
+                reason,
+                message,
+                (count, requeue_at),
+                ok_rv.is_some(),
+            ),
             Write::Adopt { job, .. } => {
                 st.busy = false;
                 if ok_rv.is_some() {
@@ -161,57 +91,10 @@ impl Controller {
                     self.retry.insert(k.clone());
                 }
             }
-            Write::Enqueue { job, .. } => {
-                st.busy = false;
-                if ok_rv.is_some() {
-                    st.rec.phase = Some(QueueUnitPhase::Enqueued);
-                    let queue = st.rec.queue.clone();
-                    self.event(
-                        &job,
-                        false,
-                        "Queued",
-                        format!(
-                            "queued in queue {queue}; the job is held until Koord-Queue releases it"
-                        ),
-                    );
-                } else {
-                    self.retry.insert(k.clone());
-                }
-            }
+            Write::Enqueue { job, .. } => self.on_enqueue_written(&k, job, ok_rv.is_some()),
             Write::Phase {
                 phase, admissions, ..
-            } => {
-                st.busy = false;
-                if ok_rv.is_some() {
-                    st.rec.phase = Some(phase);
-                    if admissions.is_some() {
-                        st.rec.held = Resources::new();
-                    }
-                    if let Some(job) = self
-                        .jobs
-                        .get(&st.rec.job_key())
-                        .filter(|j| j.unit_name == st.rec.name)
-                    {
-                        let job = job_ref(job);
-                        match phase {
-                            QueueUnitPhase::Succeed | QueueUnitPhase::Failed => {
-                                self.event(
-                                    &job,
-                                    false,
-                                    "Finished",
-                                    format!("{phase}: quota released"),
-                                );
-                            }
-                            QueueUnitPhase::Enqueued => {
-                                self.event(&job, true, "Requeued", format!("the job was suspended again: quota released, waiting in queue {}", self.units.get(&k).map(|s| s.rec.queue.clone()).unwrap_or_default()));
-                            }
-                            _ => {}
-                        }
-                    }
-                } else {
-                    self.retry.insert(k.clone());
-                }
-            }
+            } => self.on_phase_written(&k, phase, admissions.is_some(), ok_rv.is_some()),
             Write::HoldJob { .. } | Write::DeleteUnit { .. } => {
                 st.busy = false;
                 if ok_rv.is_none() {
@@ -221,6 +104,187 @@ impl Controller {
             _ => {}
         }
         self.reconcile(&k);
+    }
+
+    /// A release's unit status was written (or not): the record follows, the
+    /// job hears of it; a failed release gives its reservation back.
+    #[allow(clippy::too_many_arguments)]
+    fn on_release_written(
+        &mut self,
+        k: &Key,
+        job: JobRef,
+        phase: QueueUnitPhase,
+        admissions: Option<Vec<Admission>>,
+        attempts: Option<i64>,
+        checks: Option<Vec<AdmissionCheckState>>,
+        ok: bool,
+    ) {
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
+        st.busy = false;
+        let from_reserved = admissions.is_none();
+        if ok {
+            st.release_written(phase, admissions.as_deref(), attempts, checks);
+            let waited = (now_ms() - st.rec.created_ms).max(0);
+            let queue = queue_of(&st.rec).to_string();
+            if phase == QueueUnitPhase::Reserved {
+                let names: Vec<String> = st.rec.checks.iter().map(|c| c.name.clone()).collect();
+                self.event(
+                    &job,
+                    false,
+                    "QuotaReserved",
+                    format!(
+                        "quota reserved in queue {queue}; waiting for admission checks: {}",
+                        names.join(", ")
+                    ),
+                );
+            } else {
+                self.metrics
+                    .attempts
+                    .get_or_create(&AttemptLabels {
+                        result: "released".into(),
+                    })
+                    .inc();
+                self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
+                self.event(
+                    &job,
+                    false,
+                    "Released",
+                    format!(
+                        "released from queue {queue} after {:.1}s",
+                        waited as f64 / 1000.0
+                    ),
+                );
+            }
+        } else if from_reserved {
+            // The unit still holds its reservation; retried on the next pass.
+            self.retry.insert(k.clone());
+        } else {
+            // Roll the reservation back; a later cycle retries.
+            core_step("unreserve", k, self.core.unreserve(k));
+            st.member = Membership::Waiting;
+            st.released_here = false;
+            self.metrics
+                .attempts
+                .get_or_create(&AttemptLabels {
+                    result: "failed".into(),
+                })
+                .inc();
+            self.request_cycle();
+        }
+    }
+
+    /// A backoff was written (or not): the unit waits out its delay, the job
+    /// hears why; a failed reclaim gives the victim its quota back.
+    fn on_backoff_written(
+        &mut self,
+        k: &Key,
+        job: Option<JobRef>,
+        reason: &'static str,
+        message: String,
+        requeue: (i32, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+        ok: bool,
+    ) {
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
+        let (count, requeue_at) = requeue;
+        st.busy = false;
+        if ok {
+            st.rec.phase = Some(QueueUnitPhase::TimeoutBackoff);
+            st.rec.held = Resources::new();
+            st.rec.checks.clear();
+            st.rec.requeue_count = count;
+            st.rec.requeue_at_ms = Some(requeue_at.0.as_millisecond());
+            st.released_here = false;
+            self.timed.insert(k.clone());
+            let event_reason = match reason {
+                RECLAIMED => "Reclaimed",
+                "AdmissionCheck" => "AdmissionCheckFailed",
+                "SchedulingTimeout" => "SchedulingFailed",
+                _ => "RunningTimeout",
+            };
+            let target = job.or_else(|| {
+                self.jobs
+                    .get(&st.rec.job_key())
+                    .filter(|j| j.unit_name == st.rec.name)
+                    .map(job_ref)
+            });
+            if let Some(job) = target {
+                self.event(&job, true, event_reason, message);
+            }
+        } else if reason == RECLAIMED {
+            // The victim keeps its quota; the guaranteed unit plans again.
+            core_step("cancel_reclaim", k, self.core.cancel_reclaim(k));
+            self.request_cycle();
+        } else {
+            self.retry.insert(k.clone());
+        }
+    }
+
+    /// Phase Enqueued was written (or not).
+    fn on_enqueue_written(&mut self, k: &Key, job: JobRef, ok: bool) {
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
+        st.busy = false;
+        if ok {
+            st.rec.phase = Some(QueueUnitPhase::Enqueued);
+            let queue = st.rec.queue.clone();
+            self.event(
+                &job,
+                false,
+                "Queued",
+                format!("queued in queue {queue}; the job is held until Koord-Queue releases it"),
+            );
+        } else {
+            self.retry.insert(k.clone());
+        }
+    }
+
+    /// A phase change was written (or not): a finished or re-held job hears
+    /// of it; `freed` when it gave the unit's quota back.
+    fn on_phase_written(&mut self, k: &Key, phase: QueueUnitPhase, freed: bool, ok: bool) {
+        let Some(st) = self.units.get_mut(k) else {
+            return;
+        };
+        st.busy = false;
+        if ok {
+            st.rec.phase = Some(phase);
+            if freed {
+                st.rec.held = Resources::new();
+            }
+            if let Some(job) = self
+                .jobs
+                .get(&st.rec.job_key())
+                .filter(|j| j.unit_name == st.rec.name)
+            {
+                let job = job_ref(job);
+                match phase {
+                    QueueUnitPhase::Succeed | QueueUnitPhase::Failed => {
+                        self.event(&job, false, "Finished", format!("{phase}: quota released"));
+                    }
+                    QueueUnitPhase::Enqueued => {
+                        self.event(
+                            &job,
+                            true,
+                            "Requeued",
+                            format!(
+                                "the job was suspended again: quota released, waiting in queue {}",
+                                self.units
+                                    .get(k)
+                                    .map(|s| s.rec.queue.clone())
+                                    .unwrap_or_default()
+                            ),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            self.retry.insert(k.clone());
+        }
     }
 
     // ---- periodic work --------------------------------------------------------
