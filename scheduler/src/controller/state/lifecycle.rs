@@ -147,58 +147,7 @@ impl Controller {
                 sched_failed_reason(rec.message.as_deref()),
             )),
             (Some(phase), Some(job)) if phase.holds_quota() => {
-                if finished(job.state) {
-                    let (phase, text) = match job.state {
-                        JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
-                        _ => (QueueUnitPhase::Failed, "job failed"),
-                    };
-                    Some(Write::Phase {
-                        unit: k.clone(),
-                        phase,
-                        admissions: Some(Vec::new()),
-                        message: text.into(),
-                    })
-                } else if phase == QueueUnitPhase::Reserved {
-                    self.checks_outcome(k, rec, job, queue)
-                } else if job.held {
-                    st.held_job_was_suspended_again().then(|| Write::Phase {
-                        unit: k.clone(),
-                        phase: QueueUnitPhase::Enqueued,
-                        admissions: Some(Vec::new()),
-                        message: format!(
-                            "the job was suspended again; waiting in queue {}",
-                            queue_of(rec)
-                        ),
-                    })
-                } else {
-                    let since_ms = now_ms - rec.allocated_ms.unwrap_or(now_ms);
-                    match phase {
-                        QueueUnitPhase::SchedReady => {
-                            timed = true;
-                            self.strict_outcome(k, rec, job, queue, since_ms)
-                        }
-                        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed
-                            if job.state == JobState::Running =>
-                        {
-                            Some(Write::Phase {
-                                unit: k.clone(),
-                                phase: QueueUnitPhase::Running,
-                                admissions: None,
-                                message: "running".into(),
-                            })
-                        }
-                        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed => {
-                            let limit = queue.and_then(|q| q.running_timeout);
-                            timed = limit.is_some();
-                            limit.filter(|t| since_ms > millis(*t)).map(|t| {
-                                self.backoff(k, rec, Some(job), None, "RunningTimeout", format!(
-                                    "the job did not start running within {}s of its release; suspended again", t.as_secs()
-                                ))
-                            })
-                        }
-                        _ => None,
-                    }
-                }
+                self.holding_outcome(k, st, job, queue, phase, now_ms, &mut timed)
             }
             _ => None,
         };
@@ -230,6 +179,76 @@ impl Controller {
         if let Some(write) = write {
             tracing::debug!(unit = %k, operation = write.operation(), "lifecycle write");
             self.submit_unit_write(k, write);
+        }
+    }
+
+    /// The next step of a unit that holds quota: finished, waiting for its
+    /// checks, suspended again by someone, waiting to be bound (strict), or
+    /// running (or past its running timeout). `timed` is set when the answer
+    /// depends on the clock.
+    #[allow(clippy::too_many_arguments)]
+    fn holding_outcome(
+        &self,
+        k: &Key,
+        st: &UnitState,
+        job: &JobRecord,
+        queue: Option<&QueueRecord>,
+        phase: QueueUnitPhase,
+        now_ms: i64,
+        timed: &mut bool,
+    ) -> Option<Write> {
+        let rec = &st.rec;
+        if finished(job.state) {
+            let (phase, text) = match job.state {
+                JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
+                _ => (QueueUnitPhase::Failed, "job failed"),
+            };
+            Some(Write::Phase {
+                unit: k.clone(),
+                phase,
+                admissions: Some(Vec::new()),
+                message: text.into(),
+            })
+        } else if phase == QueueUnitPhase::Reserved {
+            self.checks_outcome(k, rec, job, queue)
+        } else if job.held {
+            st.held_job_was_suspended_again().then(|| Write::Phase {
+                unit: k.clone(),
+                phase: QueueUnitPhase::Enqueued,
+                admissions: Some(Vec::new()),
+                message: format!(
+                    "the job was suspended again; waiting in queue {}",
+                    queue_of(rec)
+                ),
+            })
+        } else {
+            let since_ms = now_ms - rec.allocated_ms.unwrap_or(now_ms);
+            match phase {
+                QueueUnitPhase::SchedReady => {
+                    *timed = true;
+                    self.strict_outcome(k, rec, job, queue, since_ms)
+                }
+                QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed
+                    if job.state == JobState::Running =>
+                {
+                    Some(Write::Phase {
+                        unit: k.clone(),
+                        phase: QueueUnitPhase::Running,
+                        admissions: None,
+                        message: "running".into(),
+                    })
+                }
+                QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed => {
+                    let limit = queue.and_then(|q| q.running_timeout);
+                    *timed = limit.is_some();
+                    limit.filter(|t| since_ms > millis(*t)).map(|t| {
+                        self.backoff(k, rec, Some(job), None, "RunningTimeout", format!(
+                            "the job did not start running within {}s of its release; suspended again", t.as_secs()
+                        ))
+                    })
+                }
+                _ => None,
+            }
         }
     }
 
