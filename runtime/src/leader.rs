@@ -229,6 +229,20 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// A leadership that does not change: leading (or not) for good. For a
+    /// single replica run without election, and for tests that drive a
+    /// writer without a Lease.
+    pub fn fixed(leading: bool) -> Self {
+        let shared = Shared::new();
+        if leading {
+            shared.lead_until.store(u64::MAX, Ordering::Release);
+            shared.publish(true);
+        }
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
     /// Whether this process holds the Lease right now. Lock-free; false once
     /// the renew deadline has passed without a successful renewal, once the
     /// Lease is seen held by another, and after the election stops.

@@ -34,7 +34,7 @@ use super::records::{
     QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
 };
 use super::sources::{Change, Input, SourceName};
-use super::writes::{Claim, JobRef, Outcome, Write, Writer, Written};
+use super::writes::{Claim, JobRef, Outcome, Write, WriteSink, Written};
 use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDef};
 
 /// Readiness condition: every watch has its initial list.
@@ -233,7 +233,7 @@ pub struct Controller {
     nodes: HashMap<String, NodeRecord>,
     namespace_quotas: HashMap<String, HashMap<String, NamespaceQuotaRecord>>,
     unsynced: HashSet<SourceName>,
-    writer: Writer,
+    writer: Box<dyn WriteSink>,
     leader: Leadership,
     metrics: Metrics,
     readiness: Readiness,
@@ -283,7 +283,7 @@ impl Controller {
         core: Core,
         settings: Settings,
         sources: Vec<SourceName>,
-        writer: Writer,
+        writer: impl WriteSink + 'static,
         leader: Leadership,
         metrics: Metrics,
         readiness: Readiness,
@@ -299,7 +299,7 @@ impl Controller {
             nodes: HashMap::new(),
             namespace_quotas: HashMap::new(),
             unsynced: sources.into_iter().collect(),
-            writer,
+            writer: Box::new(writer),
             leader,
             metrics,
             readiness,
@@ -481,5 +481,7 @@ fn core_step(step: &'static str, unit: &str, result: Result<(), crate::core::Cor
     }
 }
 
+#[cfg(test)]
+mod scenarios;
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,35 @@ use crate::controller::records::{Key, hold_release_patches};
 use backlog::Lane;
 pub use writer::Writer;
 
+/// Where the controller hands its writes: the [`Writer`] in a running
+/// scheduler, a recorder in tests that drive the controller without an API
+/// server (`state/scenarios.rs`).
+pub trait WriteSink: Send {
+    /// Queues `write`; its result comes back as a [`Written`].
+    fn submit(&self, write: Write);
+    /// Queues `write` so that it can be withdrawn while it waits.
+    fn submit_withdrawable(&self, write: Write) -> Claim;
+    /// The watch shows the last write of `unit`: its next one may go.
+    fn settled(&self, unit: &Key);
+    /// Recent write latency, milliseconds.
+    fn latency_ms(&self) -> u64;
+}
+
+impl WriteSink for Writer {
+    fn submit(&self, write: Write) {
+        Writer::submit(self, write);
+    }
+    fn submit_withdrawable(&self, write: Write) -> Claim {
+        Writer::submit_withdrawable(self, write)
+    }
+    fn settled(&self, unit: &Key) {
+        Writer::settled(self, unit);
+    }
+    fn latency_ms(&self) -> u64 {
+        Writer::latency_ms(self)
+    }
+}
+
 /// A write the controller wants.
 #[derive(Debug, Clone)]
 pub enum Write {
