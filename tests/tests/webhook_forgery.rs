@@ -226,6 +226,13 @@ async fn ten_thousand_forged_reviews_leave_memory_backlog_and_series_bounded() {
     assert!(series.iter().all(|s| !s.contains("OP")), "{series:?}");
     assert!(max_backlog <= BACKLOG as f64, "backlog {max_backlog}");
     let grown = rss_after.saturating_sub(rss_before);
+    // The figures, for the record (docs/security.md).
+    println!(
+        "forged flood: 10,000 reviews, statuses {statuses:?}, {} review series, backlog at most {max_backlog}, process RSS {} → {} MiB",
+        series.len(),
+        rss_before >> 20,
+        rss_after >> 20
+    );
     assert!(grown < 64 << 20, "the process grew by {} MiB", grown >> 20);
     // None of the flood's jobs exist: no unit appears for them.
     tokio::time::sleep(Duration::from_secs(4)).await;
