@@ -29,6 +29,9 @@ use super::shape::{CLASSES, Shape};
 /// over the jobs).
 #[derive(Clone, Debug, Serialize)]
 pub struct FloorWrites {
+    /// Job reads (the webhook reads each held job back before creating its
+    /// unit).
+    pub job_reads: u64,
     /// QueueUnit creates (the webhook's, in the real run).
     pub unit_creates: u64,
     /// QueueUnit metadata patches (adoption).
@@ -42,12 +45,13 @@ pub struct FloorWrites {
 }
 
 impl FloorWrites {
-    /// Per job: the minimum of a release — one unit, its adoption, status
+    /// Per job: the minimum of a release — the job read back, one unit, its adoption, status
     /// Enqueued, Dequeued, Running and Succeed, the unsuspend, and Events
     /// Queued, Released and Finished. Used without a saturated run to copy.
     pub fn default_for(jobs: usize) -> Self {
         let n = jobs as u64;
         Self {
+            job_reads: n,
             unit_creates: n,
             unit_patches: n,
             unit_status_patches: 4 * n,
@@ -223,6 +227,10 @@ async fn job_chain(
         let manifest: Job = serde_json::from_value(held_job_manifest(shape, i, &unit_name))?;
         let created = runner::create(shape, runner, &clients.creator, i, &manifest).await?;
         let unit = unit_manifest(shape, i, &created, &unit_name)?;
+        let jobs = Api::<Job>::namespaced(clients.unit_creator.clone(), ns);
+        for _ in 0..share(writes.job_reads, n, i) {
+            read_back(&jobs, &job.name).await?;
+        }
         for _ in 0..share(writes.unit_creates, n, i) {
             match WriteAck::create(&clients.unit_creator, ns, &unit).await {
                 Ok(_) => {}
@@ -324,6 +332,15 @@ enum Write {
     UnitStatus(u64),
     Unsuspend,
     Event(&'static str),
+}
+
+/// Reads a job back as the webhook does (a quorum read, after the create).
+async fn read_back(jobs: &Api<Job>, name: &str) -> Result<()> {
+    jobs.get_opt(name)
+        .await
+        .context("reading the job back")?
+        .map(|_| ())
+        .ok_or_else(|| anyhow!("job {name} not found after its create"))
 }
 
 #[cfg(test)]

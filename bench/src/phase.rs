@@ -139,6 +139,7 @@ impl PhaseResult {
         let c = &self.client_requests;
         let s = Component::Scheduler;
         FloorWrites {
+            job_reads: api_stats::count_of(c, Component::Webhook, "get", "jobs"),
             unit_creates: api_stats::count_of(c, Component::Webhook, "create", "queueunits"),
             unit_patches: api_stats::count_of(c, s, "patch", "queueunits"),
             unit_status_patches: api_stats::count_of(c, s, "patch", "queueunits/status"),

@@ -100,6 +100,12 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_MAX_CONCURRENT_CREATES", default_value_t = 32)]
     pub max_concurrent_creates: usize,
 
+    /// API calls in flight at most after the answers: reading each held job
+    /// back and creating its QueueUnit (two calls a unit, no request held
+    /// open by them).
+    #[arg(long, env = "KQ_WEBHOOK_MAX_BACKGROUND_CALLS", default_value_t = 128)]
+    pub max_background_calls: usize,
+
     /// QueueUnits of answered jobs waiting to be created at most (each is
     /// created once its job is stored); with a full backlog jobs are refused
     /// until it drains.

@@ -125,6 +125,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         header_timeout,
         max_concurrent_creates,
         unit_backlog,
+        max_background_calls,
         job_wait,
         drain_timeout,
         log_format: _,
@@ -180,6 +181,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         metrics.clone(),
         CreatorConfig {
             backlog: unit_backlog,
+            max_background: max_background_calls,
             job_wait,
             ..CreatorConfig::new(max_concurrent_creates)
         },

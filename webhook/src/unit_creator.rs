@@ -40,8 +40,14 @@ use crate::view::ClusterView;
 /// Tuning of a [`UnitCreator`].
 #[derive(Clone, Copy, Debug)]
 pub struct CreatorConfig {
-    /// API calls in flight at most (inside reviews and after them together).
+    /// API calls in flight at most inside reviews (the nested-call bound:
+    /// each holds a user's request open).
     pub max_in_flight: usize,
+    /// API calls in flight at most after the answers (reading the job back,
+    /// creating its unit): no request is held open for them, and each unit
+    /// takes two calls, so a burst of job creates needs more of them than
+    /// the nested bound allows.
+    pub max_background: usize,
     /// Units waiting to be created after their answer at most; beyond it,
     /// jobs are refused until the backlog drains (back-pressure).
     pub backlog: usize,
@@ -68,6 +74,7 @@ impl CreatorConfig {
     pub fn new(max_in_flight: usize) -> Self {
         Self {
             max_in_flight: max_in_flight.max(1),
+            max_background: 128,
             backlog: 10_000,
             first_retry: Duration::from_millis(50),
             max_retry: Duration::from_secs(2),
@@ -106,6 +113,8 @@ struct Shared {
     view: Arc<dyn ClusterView>,
     metrics: Metrics,
     slots: Semaphore,
+    /// One permit per call after an answer.
+    background: Semaphore,
     /// One permit per unit waiting or being created after its answer.
     room: Arc<Semaphore>,
     /// False after a failed call, until one succeeds.
@@ -143,6 +152,7 @@ impl UnitCreator {
             view,
             metrics,
             slots: Semaphore::new(config.max_in_flight.max(1)),
+            background: Semaphore::new(config.max_background.max(1)),
             room: Arc::new(Semaphore::new(config.backlog.max(1))),
             healthy: AtomicBool::new(true),
             config,
@@ -239,6 +249,7 @@ impl UnitCreator {
     async fn idle(&self) {
         while self.shared.metrics.unit_backlog.get() > 0
             || self.shared.slots.available_permits() < self.shared.config.max_in_flight
+            || self.shared.background.available_permits() < self.shared.config.max_background
         {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -307,7 +318,7 @@ impl Shared {
         let mut delay = self.config.first_retry;
         loop {
             let attempt = {
-                let Ok(_slot) = self.slots.acquire().await else {
+                let Ok(_slot) = self.background.acquire().await else {
                     return;
                 };
                 self.attempt(pending).await
