@@ -162,32 +162,7 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
 
 /// Total resources of a job: each pod set's per-pod resources times its count.
 pub fn total_resources(pod_sets: &[PodSetInfo]) -> Resources {
-    let mut total = Resources::new();
-    for set in pod_sets {
-        total.add(&set.per_pod.scaled(i64::from(set.count)));
-    }
-    total
-}
-
-/// The adapter of the first ownerReference of `job` (controller or not) that
-/// points to a supported job kind, if any: a RayJob's RayCluster, an MPIJob's
-/// launcher Job, a Job that a Workflow created. Such objects are queued through
-/// their owner and must not be queued twice.
-pub fn managed_owner(job: &Value) -> Option<&'static dyn JobAdapter> {
-    json::get_path(job, &["metadata", "ownerReferences"])?
-        .as_array()?
-        .iter()
-        .find_map(|owner| {
-            let api_version = owner.get("apiVersion")?.as_str()?;
-            let kind = owner.get("kind")?.as_str()?;
-            for_api_version(api_version, kind)
-        })
-}
-
-/// Whether any ownerReference of `job` points to a supported job kind (see
-/// [`managed_owner`]).
-pub fn owned_by_managed_job(job: &Value) -> bool {
-    managed_owner(job).is_some()
+    guard::pod_sets_total(pod_sets, &[])
 }
 
 #[cfg(test)]
@@ -195,57 +170,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn owned_by(owners: Value) -> Value {
-        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "ownerReferences": owners}})
-    }
-
-    fn owner(api_version: &str, kind: &str, controller: bool) -> Value {
-        json!({"apiVersion": api_version, "kind": kind, "name": "o", "uid": "1", "controller": controller})
-    }
-
-    #[test]
-    fn objects_owned_by_managed_jobs_are_recognised() {
-        for (api_version, kind) in [
-            ("ray.io/v1", "RayJob"),
-            ("kubeflow.org/v2beta1", "MPIJob"),
-            ("argoproj.io/v1alpha1", "Workflow"),
-            ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
-            ("batch/v1", "Job"),
-        ] {
-            assert!(
-                owned_by_managed_job(&owned_by(json!([owner(api_version, kind, true)]))),
-                "{kind}"
-            );
-        }
-        // Not a controller, and not the first owner: still owned.
-        let job = owned_by(json!([
-            owner("apps/v1", "ReplicaSet", true),
-            owner("ray.io/v1alpha1", "RayJob", false),
-        ]));
-        assert_eq!(managed_owner(&job).map(|a| a.kind().kind), Some("RayJob"));
-    }
-
-    #[test]
-    fn other_owners_are_not_managed() {
-        for owners in [
-            json!([owner("batch/v1", "CronJob", true)]),
-            json!([owner("v1", "Job", true)]),
-            json!([owner("example.com/v1", "RayJob", true)]),
-            json!([owner(
-                "sparkoperator.k8s.io/v1beta2",
-                "ScheduledSparkApplication",
-                true
-            )]),
-            json!([{"kind": "RayJob"}]),
-            json!([]),
-            json!("bogus"),
-        ] {
-            assert!(!owned_by_managed_job(&owned_by(owners.clone())), "{owners}");
-        }
-        assert!(!owned_by_managed_job(&json!({"metadata": {}})));
-        assert!(!owned_by_managed_job(&json!(null)));
-    }
 
     #[test]
     fn total_multiplies_and_sums() {

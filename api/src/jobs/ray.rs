@@ -1,7 +1,7 @@
 //! KubeRay: RayJob (a job that brings its own cluster) and RayCluster (a
 //! long-running cluster). Both describe a cluster as a head group and worker
 //! groups; a RayCluster created by a RayJob is not queued again (see
-//! [`super::owned_by_managed_job`]).
+//! the webhook's proven-child rule, `JobAdapter::child_budget`).
 
 use serde_json::{Value, json};
 
