@@ -62,6 +62,38 @@ impl Running {
 
 /// Starts the scheduler on the current runtime with `client`. Invalid
 /// configuration stops it here, with the reason.
+/// The core configured by the file at `config` (the default plugins without one).
+fn load_core(config: Option<&std::path::Path>) -> anyhow::Result<Core> {
+    let config_text = match config {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read the configuration {}: {e}", path.display())
+        })?,
+        None => DEFAULT_CONFIG.to_string(),
+    };
+    Core::from_yaml(&config_text).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+}
+
+/// The adapters of the `--enabled-kinds` extensions; an unknown one is an error.
+fn enabled_adapters(
+    enabled_kinds: &[String],
+) -> anyhow::Result<Vec<&'static dyn koord_queue_api::jobs::JobAdapter>> {
+    let per_kind = enabled_kinds
+        .iter()
+        .map(|k| {
+            let found: Vec<_> = koord_queue_api::jobs::for_extension(k).collect();
+            if found.is_empty() {
+                Err(anyhow::anyhow!(
+                    "--enabled-kinds: unknown kind {k:?} (known: {})",
+                    koord_queue_api::jobs::extensions().join(", ")
+                ))
+            } else {
+                Ok(found)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(per_kind.into_iter().flatten().collect())
+}
+
 pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> {
     let Args {
         config,
@@ -84,34 +116,9 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         log_format: _,
         log_level: _,
     } = args;
-    let config_text = match &config {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!("cannot read the configuration {}: {e}", path.display())
-        })?,
-        None => DEFAULT_CONFIG.to_string(),
-    };
-    let core =
-        Core::from_yaml(&config_text).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let core = load_core(config.as_deref())?;
     tracing::info!(plugins = ?core.plugin_names(), "plugins");
-
-    let adapters: Vec<_> = enabled_kinds
-        .iter()
-        .map(|k| {
-            let found: Vec<_> = koord_queue_api::jobs::for_extension(k).collect();
-            if found.is_empty() {
-                Err(anyhow::anyhow!(
-                    "--enabled-kinds: unknown kind {k:?} (known: {})",
-                    koord_queue_api::jobs::extensions().join(", ")
-                ))
-            } else {
-                Ok(found)
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .flatten()
-        .collect();
-
+    let adapters = enabled_adapters(&enabled_kinds)?;
     let identity = identity
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("koord-queue-scheduler-{}", std::process::id()));

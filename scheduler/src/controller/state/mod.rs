@@ -2,9 +2,11 @@
 //! change, write result, timer, leadership change) is handled in turn, so the
 //! core and the records never race.
 
+mod decide;
 mod inputs;
 mod lifecycle;
 
+use decide::*;
 use lifecycle::*;
 mod quotas;
 mod release;
@@ -87,8 +89,12 @@ struct UnitState {
     /// Fingerprint of the definition last given to the core (to skip no-op
     /// upserts without keeping a second copy of every unit's fields).
     given: Option<u64>,
-    /// An adopt/release/phase/hold/delete write is in flight.
-    busy: bool,
+    /// A lifecycle write (adopt, release, phase, backoff, hold, delete) was
+    /// submitted and its result has not come back: the unit's next step is
+    /// not decided until it does. This is the controller's one record of a
+    /// write in flight; the writer's backlog only keeps a unit's writes in
+    /// order while it sends them (`writes/backlog.rs`).
+    awaiting: bool,
     /// That write can still be withdrawn (see [`Claim`]).
     claim: Option<Claim>,
     /// A position/reason write is in flight.
@@ -113,7 +119,7 @@ impl UnitState {
             rec,
             member: Membership::Absent,
             given: None,
-            busy: false,
+            awaiting: false,
             claim: None,
             publishing: false,
             expect_rv: None,
@@ -129,8 +135,8 @@ impl UnitState {
     /// Withdraws the pending write, if it is withdrawable and no slot took
     /// it yet: the unit is then free for another write.
     fn withdraw(&mut self) -> bool {
-        if self.busy && self.claim.take().is_some_and(|c| c.take()) {
-            self.busy = false;
+        if self.awaiting && self.claim.take().is_some_and(|c| c.take()) {
+            self.awaiting = false;
             return true;
         }
         false
@@ -263,6 +269,8 @@ pub struct Controller {
     timed: HashSet<Key>,
     /// Pods of queued jobs by the job's uid (strict dequeue).
     pods: HashMap<String, HashMap<String, PodRecord>>,
+    /// Salt of the backoff jitter (see [`UnitView::jitter_salt`]).
+    jitter_salt: u64,
 }
 
 impl std::fmt::Debug for Controller {
@@ -319,6 +327,10 @@ impl Controller {
             to_enqueue: HashSet::new(),
             timed: HashSet::new(),
             pods: HashMap::new(),
+            jitter_salt: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+            },
         }
     }
 
@@ -407,21 +419,13 @@ fn job_ref(job: &JobRecord) -> JobRef {
 // ---- reconciliation -----------------------------------------------------------
 
 impl Controller {
-    fn submit_unit_write(&mut self, k: &Key, write: Write) {
+    /// Submits a lifecycle write of unit `k`; its quota is freed now when the
+    /// intent says so (see [`OnSubmit`]).
+    fn submit_unit_write(&mut self, k: &Key, intent: Intent) {
+        let Intent { write, on_submit } = intent;
         if let Some(st) = self.units.get_mut(k) {
-            st.busy = true;
-            // Quota of a finished or re-suspended job is freed at once; if the
-            // write fails the unit is reconciled (and held) again.
-            // A reclaim victim keeps counting until its job is held again:
-            // the guaranteed unit waits for the resources to be really free.
-            let frees = matches!(
-                &write,
-                Write::Phase {
-                    admissions: Some(_),
-                    ..
-                }
-            ) || matches!(&write, Write::Backoff { reason, .. } if *reason != RECLAIMED);
-            if frees && st.member != Membership::Absent {
+            st.awaiting = true;
+            if on_submit == OnSubmit::Free && st.member != Membership::Absent {
                 self.core.remove_unit(k);
                 st.member = Membership::Absent;
                 st.given = None;

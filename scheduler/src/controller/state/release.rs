@@ -31,71 +31,19 @@ impl Controller {
             if job.is_some() {
                 st.withdraw();
             }
-            let (Some(job), false) = (job, st.busy) else {
+            let (Some(job), false) = (job, st.awaiting) else {
                 // Cannot release now (job vanished, or a write is pending).
                 core_step("unreserve", &k, self.core.unreserve(&k));
                 continue;
             };
             st.member = Membership::Holding;
-            st.busy = true;
+            st.awaiting = true;
             st.releasing();
             st.released_at = Some(Instant::now());
-            let quota = queue_of(&st.rec).to_string();
-            let queue = self.queues.get(&quota);
-            let release_phase = release_phase(queue, self.settings.strict_default);
-            let checks: Vec<AdmissionCheckState> = queue
-                .map(|q| {
-                    q.checks
-                        .iter()
-                        .filter(|c| selector_matches(c.label_selector.as_ref(), &st.rec.labels))
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| AdmissionCheckState {
-                    name: c.name.clone(),
-                    state: CheckState::Pending,
-                    last_transition_time: Some(
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                            k8s_openapi::jiff::Timestamp::now(),
-                        ),
-                    ),
-                    message: None,
-                })
-                .collect();
-            let how = if decision.guaranteed {
-                " (within its guaranteed minimum)"
-            } else {
-                " (borrowing idle capacity)"
+            let Some(view) = self.view(&k) else {
+                continue;
             };
-            let (phase, message) = if checks.is_empty() {
-                (
-                    release_phase,
-                    format!(
-                        "released: {} reserved in quota {quota}{how}",
-                        decision.resources
-                    ),
-                )
-            } else {
-                let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
-                (
-                    QueueUnitPhase::Reserved,
-                    format!(
-                        "quota reserved ({} in quota {quota}{how}); waiting for admission checks: {}",
-                        decision.resources,
-                        names.join(", ")
-                    ),
-                )
-            };
-            let write = Write::Release {
-                unit: k.clone(),
-                job: job_ref(job),
-                admissions: Some(admissions(&st.rec, &decision.resources)),
-                attempts: Some(st.rec.attempts + 1),
-                phase,
-                checks: (!checks.is_empty()).then_some(checks),
-                message,
-            };
+            let write = release(&view, job, &decision);
             self.writer.submit(write);
         }
         for reclaim in out.reclaims {
@@ -119,20 +67,18 @@ impl Controller {
             return;
         };
         // A Running phase still waiting is moot: the victim goes to backoff.
-        if st.busy && !st.withdraw() {
+        if st.awaiting && !st.withdraw() {
             core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
             return;
         }
-        let Some(st) = self.units.get(&k) else {
+        let Some(view) = self.view(&k) else {
             return;
         };
-        let job = self
-            .jobs
-            .get(&st.rec.job_key())
-            .filter(|j| j.unit_name == st.rec.name);
         tracing::info!(victim = %k, for_unit = %reclaim.for_unit, resources = %reclaim.resources, "reclaiming");
-        let write = self.backoff(&k, &st.rec, job, None, RECLAIMED, reclaim.message());
-        self.submit_unit_write(&k, write);
+        let write = backoff(&view, view.job, None, RECLAIMED, reclaim.message());
+        // A reclaim victim keeps counting until its job is held again: the
+        // guaranteed unit waits for the resources to be really free.
+        self.submit_unit_write(&k, Intent::keep(write));
     }
 
     // ---- write results --------------------------------------------------------

@@ -48,7 +48,7 @@ impl Controller {
         let orphans: Vec<Key> = self
             .units
             .iter()
-            .filter(|(_, st)| st.rec.phase.is_none() && !st.busy && !st.rec.deleting)
+            .filter(|(_, st)| st.rec.phase.is_none() && !st.awaiting && !st.rec.deleting)
             .filter(|(_, st)| now_ms - st.rec.created_ms > grace_ms)
             .filter(|(_, st)| {
                 self.jobs
@@ -59,7 +59,7 @@ impl Controller {
             .collect();
         for k in orphans {
             tracing::info!(unit = %k, "deleting orphan QueueUnit: its job did not appear");
-            self.submit_unit_write(&k, Write::DeleteUnit { unit: k.clone() });
+            self.submit_unit_write(&k, Intent::keep(Write::DeleteUnit { unit: k.clone() }));
         }
     }
 

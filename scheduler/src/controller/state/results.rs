@@ -84,7 +84,7 @@ impl Controller {
                 ok_rv.is_some(),
             ),
             Write::Adopt { job, .. } => {
-                st.busy = false;
+                st.awaiting = false;
                 if ok_rv.is_some() {
                     st.rec.owner_uid = Some(job.uid);
                 } else {
@@ -96,7 +96,7 @@ impl Controller {
                 phase, admissions, ..
             } => self.on_phase_written(&k, phase, admissions.is_some(), ok_rv.is_some()),
             Write::HoldJob { .. } | Write::DeleteUnit { .. } => {
-                st.busy = false;
+                st.awaiting = false;
                 if ok_rv.is_none() {
                     self.retry.insert(k.clone());
                 }
@@ -122,7 +122,7 @@ impl Controller {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
-        st.busy = false;
+        st.awaiting = false;
         let from_reserved = admissions.is_none();
         if ok {
             st.release_written(phase, admissions.as_deref(), attempts, checks);
@@ -190,7 +190,7 @@ impl Controller {
             return;
         };
         let (count, requeue_at) = requeue;
-        st.busy = false;
+        st.awaiting = false;
         if ok {
             st.rec.phase = Some(QueueUnitPhase::TimeoutBackoff);
             st.rec.held = Resources::new();
@@ -228,7 +228,7 @@ impl Controller {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
-        st.busy = false;
+        st.awaiting = false;
         if ok {
             st.rec.phase = Some(QueueUnitPhase::Enqueued);
             let queue = st.rec.queue.clone();
@@ -249,7 +249,7 @@ impl Controller {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
-        st.busy = false;
+        st.awaiting = false;
         if ok {
             st.rec.phase = Some(phase);
             if freed {

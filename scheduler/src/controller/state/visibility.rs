@@ -299,7 +299,7 @@ pub(super) fn scan_positions(
             };
             // Busy or publishing units are looked at again when their write
             // result arrives (which reopens the gate).
-            if st.busy || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
+            if st.awaiting || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
                 continue;
             }
             if st

@@ -44,8 +44,10 @@ pub(super) const SETTLE_POLL: Duration = Duration::from_millis(50);
 #[derive(Debug, Default)]
 pub(super) struct Backlog {
     pub(super) lanes: [VecDeque<Queued>; LANES],
-    /// Units with a write in flight: their next write waits for it.
-    pub(super) in_flight: HashSet<Key>,
+    /// Units one of whose writes a slot is sending: their next write waits
+    /// for it (the order of sends; whether the controller awaits a result
+    /// is `UnitState::awaiting`).
+    pub(super) sending: HashSet<Key>,
     /// Units written whose watch event of that write the controller has not
     /// seen yet, with the time their next write goes anyway. The API server
     /// checks an update against its watch cache first: a write that follows
@@ -80,7 +82,7 @@ impl Backlog {
     pub(super) fn pop(&mut self, now: Instant) -> Option<Write> {
         let Self {
             lanes,
-            in_flight,
+            sending,
             settling,
             ..
         } = self;
@@ -88,7 +90,7 @@ impl Backlog {
             let mut at = 0;
             while let Some(queued) = lane.get(at) {
                 let busy = |unit: &Key| {
-                    in_flight.contains(unit) || settling.get(unit).is_some_and(|until| now < *until)
+                    sending.contains(unit) || settling.get(unit).is_some_and(|until| now < *until)
                 };
                 if queued.write.unit().is_some_and(busy) {
                     at += 1;
@@ -106,7 +108,7 @@ impl Backlog {
                 if claim.is_none_or(|c| c.take()) {
                     if let Some(unit) = write.unit() {
                         settling.remove(unit);
-                        in_flight.insert(unit.clone());
+                        sending.insert(unit.clone());
                     }
                     return Some(write);
                 }
@@ -121,7 +123,7 @@ impl Backlog {
         let Some(unit) = write.unit() else {
             return;
         };
-        self.in_flight.remove(unit);
+        self.sending.remove(unit);
         if let Outcome::Done(Some(_)) = outcome {
             self.settling.insert(unit.clone(), now + SETTLE_TIMEOUT);
             // Units that never settle (deleted, or their watch restarted)
@@ -176,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn a_units_next_write_waits_for_the_one_in_flight() {
+    fn a_units_next_write_waits_for_the_one_sending() {
         let mut backlog = Backlog::default();
         let adopt = Write::Adopt {
             unit: "ns/u".into(),

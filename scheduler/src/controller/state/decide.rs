@@ -1,0 +1,496 @@
+//! What a unit's lifecycle calls for next (architecture §3), decided from
+//! what was observed — its record, its job, its queue, its pods and the
+//! clock — with no I/O: [`next_step`] returns the write to submit and what
+//! that write does to the unit's quota; the controller
+//! ([`super::lifecycle`]) carries it out.
+
+use super::*;
+
+/// Everything one unit's next step is decided from.
+pub(super) struct UnitView<'a> {
+    pub key: &'a Key,
+    pub rec: &'a UnitRecord,
+    /// The unit's job (the one that names this unit), if observed.
+    pub job: Option<&'a JobRecord>,
+    pub queue: Option<&'a QueueRecord>,
+    /// The job's pods (strict dequeue counts the bound ones).
+    pub pods: Option<&'a HashMap<String, PodRecord>>,
+    /// A held job of this unit means it was suspended again (rather than
+    /// that this process's release has not reached it yet).
+    pub suspended_again: bool,
+    /// Strict dequeue for queues that do not set it.
+    pub strict_default: Option<Duration>,
+    pub now_ms: i64,
+    /// Salt of the backoff jitter: differs between processes, so units sent
+    /// back together by different schedulers do not return together.
+    pub jitter_salt: u64,
+}
+
+/// What a submitted lifecycle write does to the unit's quota at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OnSubmit {
+    /// Nothing until the write's result is known.
+    Keep,
+    /// Freed the moment the write is submitted: the job is finished, or is
+    /// being held again. Should the write fail, the unit is reconciled (and
+    /// held) again.
+    Free,
+}
+
+/// A lifecycle write and its effect on quota.
+#[derive(Debug)]
+pub(super) struct Intent {
+    pub write: Write,
+    pub on_submit: OnSubmit,
+}
+
+impl Intent {
+    pub(super) fn keep(write: Write) -> Self {
+        Self {
+            write,
+            on_submit: OnSubmit::Keep,
+        }
+    }
+
+    fn free(write: Write) -> Self {
+        Self {
+            write,
+            on_submit: OnSubmit::Free,
+        }
+    }
+}
+
+/// The outcome of [`next_step`].
+#[derive(Debug, Default)]
+pub(super) struct Step {
+    pub intent: Option<Intent>,
+    /// The job was released outside Koord-Queue and is held again: say so
+    /// on the job.
+    pub held_again: bool,
+    /// The answer depends on the clock (a backoff or a timeout runs): look
+    /// again on the next tick.
+    pub timed: bool,
+    /// An adopted unit left waiting: its phase Enqueued is written after the
+    /// next cycle unless that cycle releases it.
+    pub enqueue_after_cycle: bool,
+}
+
+/// The lifecycle write unit `v` needs now, if any.
+pub(super) fn next_step(v: &UnitView<'_>) -> Step {
+    let (k, rec, job) = (v.key, v.rec, v.job);
+    let mut step = Step::default();
+    let phase = effective_phase(rec, job);
+    step.intent = match (phase, job) {
+        (None, Some(job)) if !job.deleting => Some(Intent::keep(Write::Adopt {
+            unit: k.clone(),
+            job: job_ref(job),
+        })),
+        // Adopted units whose job is gone: delete (the garbage collector
+        // would too; doing it now frees the quota at once).
+        (Some(_), None) => Some(Intent::keep(Write::DeleteUnit { unit: k.clone() })),
+        (Some(QueueUnitPhase::Enqueued), Some(job)) if !job.held && !finished(job.state) => {
+            // Released by someone else (e.g. while the webhook was down):
+            // hold it again, it holds no quota.
+            step.held_again = true;
+            Some(Intent::keep(Write::HoldJob {
+                unit: k.clone(),
+                job: job_ref(job),
+            }))
+        }
+        (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
+            step.timed = true;
+            rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms).then(|| {
+                Intent::free(Write::Phase {
+                    unit: k.clone(),
+                    phase: QueueUnitPhase::Enqueued,
+                    admissions: Some(Vec::new()),
+                    message: format!("backoff over; waiting in queue {}", queue_of(rec)),
+                })
+            })
+        }
+        // A send-back after a strict-dequeue failure takes three writes
+        // (SchedFailed, hold the job, TimeoutBackoff). A crash or a failed
+        // write between them leaves the unit in SchedFailed, which nothing
+        // else moves on from, its job possibly still released while it
+        // holds no quota: finish the send-back (holding is idempotent).
+        (Some(QueueUnitPhase::SchedFailed), Some(job)) => Some(Intent::free(backoff(
+            v,
+            Some(job),
+            None,
+            "SchedulingTimeout",
+            sched_failed_reason(rec.message.as_deref()),
+        ))),
+        (Some(phase), Some(job)) if phase.holds_quota() => {
+            holding_outcome(v, job, phase, &mut step.timed)
+        }
+        _ => None,
+    };
+    step.enqueue_after_cycle = step.intent.is_none()
+        && rec.phase.is_none()
+        && phase == Some(QueueUnitPhase::Enqueued)
+        && job.is_some_and(|j| j.held && !j.deleting);
+    step
+}
+
+/// The next step of a unit that holds quota: finished, waiting for its
+/// checks, suspended again by someone, waiting to be bound (strict), or
+/// running (or past its running timeout). `timed` is set when the answer
+/// depends on the clock.
+fn holding_outcome(
+    v: &UnitView<'_>,
+    job: &JobRecord,
+    phase: QueueUnitPhase,
+    timed: &mut bool,
+) -> Option<Intent> {
+    let (k, rec) = (v.key, v.rec);
+    if finished(job.state) {
+        let (phase, text) = match job.state {
+            JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
+            _ => (QueueUnitPhase::Failed, "job failed"),
+        };
+        return Some(Intent::free(Write::Phase {
+            unit: k.clone(),
+            phase,
+            admissions: Some(Vec::new()),
+            message: text.into(),
+        }));
+    }
+    if phase == QueueUnitPhase::Reserved {
+        return checks_outcome(v, job);
+    }
+    if job.held {
+        return v.suspended_again.then(|| {
+            Intent::free(Write::Phase {
+                unit: k.clone(),
+                phase: QueueUnitPhase::Enqueued,
+                admissions: Some(Vec::new()),
+                message: format!(
+                    "the job was suspended again; waiting in queue {}",
+                    queue_of(rec)
+                ),
+            })
+        });
+    }
+    let since_ms = v.now_ms - rec.allocated_ms.unwrap_or(v.now_ms);
+    match phase {
+        QueueUnitPhase::SchedReady => {
+            *timed = true;
+            strict_outcome(v, job, since_ms)
+        }
+        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed
+            if job.state == JobState::Running =>
+        {
+            Some(Intent::keep(Write::Phase {
+                unit: k.clone(),
+                phase: QueueUnitPhase::Running,
+                admissions: None,
+                message: "running".into(),
+            }))
+        }
+        QueueUnitPhase::Dequeued | QueueUnitPhase::SchedSucceed => {
+            let limit = v.queue.and_then(|q| q.running_timeout);
+            *timed = limit.is_some();
+            limit.filter(|t| since_ms > millis(*t)).map(|t| {
+                Intent::free(backoff(
+                    v,
+                    Some(job),
+                    None,
+                    "RunningTimeout",
+                    format!(
+                        "the job did not start running within {}s of its release; suspended again",
+                        t.as_secs()
+                    ),
+                ))
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A Reserved unit: release once every check is Ready; back off when one
+/// says Retry or Rejected; otherwise keep waiting (quota held).
+fn checks_outcome(v: &UnitView<'_>, job: &JobRecord) -> Option<Intent> {
+    let rec = v.rec;
+    if let Some(failed) = rec
+        .checks
+        .iter()
+        .find(|c| matches!(c.state, CheckState::Retry | CheckState::Rejected))
+    {
+        let message = format!(
+            "admission check {} said {:?}{}; quota released, retrying after backoff",
+            failed.name,
+            failed.state,
+            failed
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+        return Some(Intent::free(backoff(
+            v,
+            None,
+            None,
+            "AdmissionCheck",
+            message,
+        )));
+    }
+    let all_ready =
+        !rec.checks.is_empty() && rec.checks.iter().all(|c| c.state == CheckState::Ready);
+    all_ready.then(|| {
+        Intent::keep(Write::Release {
+            unit: v.key.clone(),
+            job: job_ref(job),
+            admissions: None,
+            attempts: None,
+            phase: release_phase(v.queue, v.strict_default),
+            checks: None,
+            message: format!(
+                "admission checks passed; released from queue {}",
+                queue_of(rec)
+            ),
+        })
+    })
+}
+
+/// A SchedReady unit (strict dequeue): SchedSucceed once every pod is
+/// bound; SchedFailed and back off when pods stay unbound past the timeout.
+fn strict_outcome(v: &UnitView<'_>, job: &JobRecord, since_ms: i64) -> Option<Intent> {
+    let rec = v.rec;
+    let expected: i64 = rec.pod_sets.iter().map(|(_, c, _)| i64::from(*c)).sum();
+    let scheduled = v
+        .pods
+        .map_or(0, |p| p.values().filter(|p| p.scheduled).count());
+    if i64::try_from(scheduled).unwrap_or(i64::MAX) >= expected.max(1) {
+        return Some(Intent::keep(Write::Phase {
+            unit: v.key.clone(),
+            phase: QueueUnitPhase::SchedSucceed,
+            admissions: None,
+            message: format!("all {scheduled} pods bound"),
+        }));
+    }
+    let timeout = strict_timeout(v.queue, v.strict_default).unwrap_or(Duration::from_secs(300));
+    if since_ms <= millis(timeout) {
+        return None;
+    }
+    let why = v
+        .pods
+        .and_then(|p| {
+            p.values().find_map(|p| {
+                p.unschedulable
+                    .as_ref()
+                    .map(|m| format!("pod {} unschedulable: {m}", p.name))
+            })
+        })
+        .unwrap_or_else(|| format!("{scheduled} of {expected} pods bound"));
+    Some(Intent::free(backoff(
+        v,
+        Some(job),
+        Some(QueueUnitPhase::SchedFailed),
+        "SchedulingTimeout",
+        format!(
+            "SchedFailed: {why} after {}s; suspended again, quota released",
+            timeout.as_secs()
+        ),
+    )))
+}
+
+/// The release of a unit the core decided to admit: Reserved while the
+/// admission checks of its queue that select it run, else released into the
+/// queue's release phase (SchedReady under strict dequeue, else Dequeued).
+pub(super) fn release(
+    v: &UnitView<'_>,
+    job: &JobRecord,
+    decision: &crate::core::Decision,
+) -> Write {
+    let rec = v.rec;
+    let quota = queue_of(rec);
+    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_millisecond(v.now_ms)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    );
+    let checks: Vec<AdmissionCheckState> = v
+        .queue
+        .map(|q| q.checks.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| selector_matches(c.label_selector.as_ref(), &rec.labels))
+        .map(|c| AdmissionCheckState {
+            name: c.name.clone(),
+            state: CheckState::Pending,
+            last_transition_time: Some(since.clone()),
+            message: None,
+        })
+        .collect();
+    let how = if decision.guaranteed {
+        " (within its guaranteed minimum)"
+    } else {
+        " (borrowing idle capacity)"
+    };
+    let (phase, message) = if checks.is_empty() {
+        (
+            release_phase(v.queue, v.strict_default),
+            format!(
+                "released: {} reserved in quota {quota}{how}",
+                decision.resources
+            ),
+        )
+    } else {
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        (
+            QueueUnitPhase::Reserved,
+            format!(
+                "quota reserved ({} in quota {quota}{how}); waiting for admission checks: {}",
+                decision.resources,
+                names.join(", ")
+            ),
+        )
+    };
+    Write::Release {
+        unit: v.key.clone(),
+        job: job_ref(job),
+        admissions: Some(admissions(rec, &decision.resources)),
+        attempts: Some(rec.attempts + 1),
+        phase,
+        checks: (!checks.is_empty()).then_some(checks),
+        message,
+    }
+}
+
+/// A backoff write: exponential from 10 s, doubling, capped at 15 min,
+/// with ±10 % jitter so that units sent back together do not return together.
+pub(super) fn backoff(
+    v: &UnitView<'_>,
+    job: Option<&JobRecord>,
+    via: Option<QueueUnitPhase>,
+    reason: &'static str,
+    message: String,
+) -> Write {
+    let rec = v.rec;
+    let count = rec.requeue_count.saturating_add(1);
+    let delay = backoff_delay(count, jitter_seed(v.jitter_salt, v.key, count));
+    let now = k8s_openapi::jiff::Timestamp::from_millisecond(v.now_ms)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+    let requeue_at = now
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(millis(
+            delay,
+        )))
+        .unwrap_or(now);
+    let message = format!(
+        "{message}{BACK_IN_QUEUE}{} at {requeue_at} (attempt {count})",
+        queue_of(rec)
+    );
+    Write::Backoff {
+        unit: v.key.clone(),
+        job: job.map(job_ref),
+        via,
+        reason,
+        message,
+        count,
+        requeue_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(requeue_at),
+    }
+}
+
+/// Condition reason (and backoff reason) of a reclaimed unit.
+pub(super) const RECLAIMED: &str = "Reclaimed";
+
+/// Where a backoff message says when the unit returns.
+pub(super) const BACK_IN_QUEUE: &str = "; back in queue ";
+
+/// The reason to repeat when finishing a SchedFailed send-back that was cut
+/// short: the message its first write left, without the "back in queue"
+/// tail that the new backoff writes afresh.
+pub(super) fn sched_failed_reason(message: Option<&str>) -> String {
+    message
+        .and_then(|m| m.split(BACK_IN_QUEUE).next())
+        .filter(|m| m.starts_with("SchedFailed"))
+        .map_or_else(
+            || {
+                "SchedFailed: the job's pods were not all bound in time; suspended again, quota released"
+                    .to_string()
+            },
+            str::to_string,
+        )
+}
+
+pub(super) fn finished(state: JobState) -> bool {
+    matches!(state, JobState::Succeeded | JobState::Failed)
+}
+
+/// Where unit `rec` belongs in the core given its job.
+pub(super) fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
+    if rec.deleting || rec.invalid.is_some() {
+        return Membership::Absent;
+    }
+    match effective_phase(rec, job) {
+        Some(QueueUnitPhase::Enqueued) => match job {
+            Some(j) if j.held && !j.deleting => Membership::Waiting,
+            _ => Membership::Absent,
+        },
+        // A finished job's pods are done: its quota is free even before the
+        // unit's Succeed/Failed phase is written.
+        Some(p) if p.holds_quota() => match job {
+            Some(j) if finished(j.state) => Membership::Absent,
+            _ => Membership::Holding,
+        },
+        _ => Membership::Absent,
+    }
+}
+
+/// The unit's phase, where an adopted unit whose phase is not written yet
+/// counts as Enqueued (its phase is written after the next cycle, unless
+/// that cycle released it).
+pub(super) fn effective_phase(rec: &UnitRecord, job: Option<&JobRecord>) -> Option<QueueUnitPhase> {
+    rec.phase.or_else(|| {
+        job.filter(|j| rec.owner_uid.as_deref() == Some(j.uid.as_str()))
+            .map(|_| QueueUnitPhase::Enqueued)
+    })
+}
+
+/// Strict dequeue timeout of `queue` (its own setting, else the default);
+/// `None` when strict dequeue is off.
+pub(super) fn strict_timeout(
+    queue: Option<&QueueRecord>,
+    default: Option<Duration>,
+) -> Option<Duration> {
+    match queue.and_then(|q| q.strict) {
+        Some(setting) => setting,
+        None => default,
+    }
+}
+
+/// The phase a released job enters: SchedReady under strict dequeue.
+pub(super) fn release_phase(
+    queue: Option<&QueueRecord>,
+    strict_default: Option<Duration>,
+) -> QueueUnitPhase {
+    if strict_timeout(queue, strict_default).is_some() {
+        QueueUnitPhase::SchedReady
+    } else {
+        QueueUnitPhase::Dequeued
+    }
+}
+
+/// Backoff before attempt `count` (1-based): 10 s × 2^(count-1), at most
+/// 15 min, scaled by a jitter factor in [0.9, 1.1) drawn from `seed`.
+pub fn backoff_delay(count: i32, seed: u64) -> Duration {
+    const BASE_MS: u64 = 10_000;
+    const CAP_MS: u64 = 15 * 60 * 1000;
+    let exp = u32::try_from(count.saturating_sub(1).max(0))
+        .unwrap_or(0)
+        .min(20);
+    let raw = BASE_MS.saturating_mul(1u64 << exp).min(CAP_MS);
+    let jitter_permille = 900 + seed % 200; // 0.9 ..< 1.1
+    Duration::from_millis(raw.saturating_mul(jitter_permille) / 1000)
+}
+
+/// A seed that differs between units, attempts and (by `salt`) processes.
+pub(super) fn jitter_seed(salt: u64, key: &str, count: i32) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (salt, key, count).hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

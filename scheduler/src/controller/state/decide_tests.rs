@@ -1,0 +1,217 @@
+//! [`next_step`] alone: records in, the intended write and its effect on
+//! quota out — no controller, no writer, no API server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use koord_queue_api::QueueUnit;
+use koord_queue_api::jobs::watched::WatchedJob;
+use serde_json::{Value, json};
+
+use super::*;
+
+const NOW_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+fn unit(status: Value) -> UnitRecord {
+    let unit: QueueUnit = serde_json::from_value(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+        "metadata": { "name": "u", "namespace": "ns", "resourceVersion": "2",
+                      "creationTimestamp": "2026-01-01T00:00:00Z",
+                      "labels": { keys::QUOTA_NAME_LABEL: "q" },
+                      "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job",
+                                            "name": "j", "uid": "uid-j" }] },
+        "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": "j", "namespace": "ns" },
+                  "queue": "q", "resource": { "cpu": "2" }, "priority": 0 },
+        "status": status,
+    }))
+    .unwrap();
+    UnitRecord::from_unit(unit)
+}
+
+fn job(held: bool, status: Value) -> JobRecord {
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "j", "namespace": "ns", "uid": "uid-j",
+                      "creationTimestamp": "2026-01-01T00:00:00Z",
+                      "annotations": { keys::QUEUE_UNIT_ANNOTATION: "u" } },
+        "spec": { "suspend": held },
+        "status": status,
+    });
+    let adapter = koord_queue_api::jobs::for_kind("batch", "Job").unwrap();
+    JobRecord::from_object(adapter, WatchedJob::from_value(&job).unwrap()).unwrap()
+}
+
+/// The step for `rec` and `job`, in short: the write's operation (with its
+/// phase or reason) and its effect on quota.
+fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> Step {
+    let key: Key = "ns/u".into();
+    next_step(&UnitView {
+        key: &key,
+        rec,
+        job,
+        queue: None,
+        pods: None,
+        suspended_again,
+        strict_default: None,
+        now_ms: NOW_MS,
+        jitter_salt: 7,
+    })
+}
+
+fn summary(step: &Step) -> Option<(String, OnSubmit)> {
+    step.intent.as_ref().map(|i| {
+        let what = match &i.write {
+            Write::Phase { phase, .. } => format!("Phase {phase}"),
+            Write::Backoff { reason, .. } => format!("Backoff {reason}"),
+            Write::Release { phase, .. } => format!("Release {phase}"),
+            other => other.operation().to_string(),
+        };
+        (what, i.on_submit)
+    })
+}
+
+#[test]
+fn each_step_says_what_it_does_to_quota() {
+    use OnSubmit::{Free, Keep};
+    let running = json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" });
+    let succeeded = json!({ "succeeded": 1, "startTime": "2026-01-01T00:00:00Z",
+        "completionTime": "2026-01-01T00:01:00Z",
+        "conditions": [{ "type": "Complete", "status": "True" }] });
+    let check = |state: &str| {
+        json!({ "phase": "Reserved", "admissionChecks": [{ "name": "c", "state": state,
+            "lastTransitionTime": "2026-01-01T00:00:00Z" }] })
+    };
+    type Row = (
+        &'static str,
+        Value,
+        Option<JobRecord>,
+        bool,
+        Option<(&'static str, OnSubmit)>,
+    );
+    let table: Vec<Row> = vec![
+        (
+            "a dequeued unit whose job runs is marked Running",
+            json!({ "phase": "Dequeued" }),
+            Some(job(false, running.clone())),
+            false,
+            Some(("Phase Running", Keep)),
+        ),
+        (
+            "a finished job frees its quota as its phase is written",
+            json!({ "phase": "Running" }),
+            Some(job(false, succeeded)),
+            false,
+            Some(("Phase Succeed", Free)),
+        ),
+        (
+            "a job suspended again frees its quota and waits again",
+            json!({ "phase": "Running" }),
+            Some(job(true, json!({}))),
+            true,
+            Some(("Phase Enqueued", Free)),
+        ),
+        (
+            "a held job of a fresh release is the release not seen yet: nothing",
+            json!({ "phase": "Dequeued" }),
+            Some(job(true, json!({}))),
+            false,
+            None,
+        ),
+        (
+            "a unit whose job is gone is deleted",
+            json!({ "phase": "Running" }),
+            None,
+            false,
+            Some(("delete_unit", Keep)),
+        ),
+        (
+            "an Enqueued unit whose job was released outside is held again",
+            json!({ "phase": "Enqueued" }),
+            Some(job(false, running)),
+            false,
+            Some(("hold_job", Keep)),
+        ),
+        (
+            "a backoff that is over returns the unit to its queue",
+            json!({ "phase": "TimeoutBackoff", "requeueState": { "count": 1, "requeueAt": "2025-12-31T23:59:00Z" } }),
+            Some(job(true, json!({}))),
+            false,
+            Some(("Phase Enqueued", Free)),
+        ),
+        (
+            "a backoff still running waits",
+            json!({ "phase": "TimeoutBackoff", "requeueState": { "count": 1, "requeueAt": "2026-01-01T00:10:00Z" } }),
+            Some(job(true, json!({}))),
+            false,
+            None,
+        ),
+        (
+            "a failed admission check sends the unit back",
+            check("Retry"),
+            Some(job(true, json!({}))),
+            false,
+            Some(("Backoff AdmissionCheck", Free)),
+        ),
+        (
+            "ready checks release the reserved quota",
+            check("Ready"),
+            Some(job(true, json!({}))),
+            false,
+            Some(("Release Dequeued", Keep)),
+        ),
+        (
+            "pending checks keep the quota reserved",
+            check("Pending"),
+            Some(job(true, json!({}))),
+            false,
+            None,
+        ),
+        (
+            "a cut-short strict send-back is finished",
+            json!({ "phase": "SchedFailed", "message": "SchedFailed: 0 of 1 pods bound after 300s" }),
+            Some(job(false, json!({}))),
+            false,
+            Some(("Backoff SchedulingTimeout", Free)),
+        ),
+    ];
+    for (name, status, job, again, want) in table {
+        let rec = unit(status);
+        let got = summary(&decide(&rec, job.as_ref(), again));
+        let want = want.map(|(w, q)| (w.to_string(), q));
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn a_backoff_is_scheduled_from_the_clock_it_was_given() {
+    let rec = unit(
+        json!({ "phase": "Reserved", "admissionChecks": [{ "name": "c",
+        "state": "Rejected", "lastTransitionTime": "2026-01-01T00:00:00Z" }] }),
+    );
+    let step = decide(&rec, Some(&job(true, json!({}))), false);
+    let Some(Intent {
+        write: Write::Backoff {
+            requeue_at, count, ..
+        },
+        ..
+    }) = step.intent
+    else {
+        panic!("expected a backoff, got {:?}", step.intent);
+    };
+    assert_eq!(count, 1);
+    let delay = requeue_at.0.as_millisecond() - NOW_MS;
+    // 10 s, ±10 % jitter.
+    assert!((9_000..11_000).contains(&delay), "delay {delay} ms");
+    // The same inputs decide the same step.
+    let again = decide(&rec, Some(&job(true, json!({}))), false);
+    assert!(
+        matches!(again.intent, Some(Intent { write: Write::Backoff { requeue_at: r, .. }, .. }) if r == requeue_at)
+    );
+}
+
+#[test]
+fn an_adopted_unit_left_waiting_is_enqueued_after_the_cycle() {
+    let mut rec = unit(json!({}));
+    rec.phase = None;
+    let step = decide(&rec, Some(&job(true, json!({}))), false);
+    assert!(step.intent.is_none());
+    assert!(step.enqueue_after_cycle);
+}
