@@ -40,6 +40,7 @@
 //! is taken back (its decision is withdrawn, it waits in line again) instead
 //! of being reclaimed, and the guaranteed unit is usually released at once.
 
+mod calls;
 pub(crate) mod state;
 
 use state::{Plan, Reclaim, ReclaimInFlight, ReclaimState, Source, VictimKey};
@@ -363,35 +364,7 @@ impl Pass<'_> {
     fn pick(&self, id: UnitId, path: &[QuotaId], deficits: &mut [Deficit]) -> Option<Vec<UnitId>> {
         let tree = &self.state.quotas;
         let index = &self.reclaim.index;
-        // The path's quotas whose other children may give: up to the
-        // highest one short of room, or all of them and the top level for
-        // the capacity.
-        let capacity = deficits.iter().any(|d| d.at.is_none());
-        let highest = if capacity {
-            path.len().saturating_sub(1)
-        } else {
-            path.iter()
-                .rposition(|a| deficits.iter().any(|d| d.at == Some(*a)))
-                .unwrap_or(0)
-        };
-        let mut fronts: Vec<Source> = Vec::new();
-        for j in 1..=highest {
-            let on_path = path[j - 1];
-            for &c in tree.children(Some(path[j])) {
-                if c != on_path {
-                    fronts.push(Source::Quota(c));
-                }
-            }
-        }
-        if capacity {
-            let top = path.last().copied();
-            for &c in tree.children(None) {
-                if Some(c) != top {
-                    fronts.push(Source::Quota(c));
-                }
-            }
-            fronts.push(Source::NoQuota);
-        }
+        let mut fronts = frontier(tree, path, deficits);
         let mut picked = Picked::default();
         // Quotas found at or below their min for everything still missing:
         // nothing under them is taken in this plan (picks only lower usage).
@@ -651,164 +624,53 @@ impl Pass<'_> {
         if let Some(q) = u.quota {
             self.reclaim.room_check.push(q);
         }
-        super::engine::note_freed(self.relaxed, self.state, u.quota, u.namespace, &amount);
+        super::engine::membership::note_freed(
+            self.relaxed,
+            self.state,
+            u.quota,
+            u.namespace,
+            &amount,
+        );
     }
 }
 
-impl Core {
-    /// Puts back a unit chosen as a victim whose re-suspension could not be
-    /// written: it holds its quota as before and may be chosen again; the
-    /// guaranteed unit it was reclaimed for plans again in the next cycle.
-    pub fn cancel_reclaim(&mut self, key: &str) -> Result<(), CoreError> {
-        let id = self
-            .units
-            .lookup(key)
-            .ok_or_else(|| CoreError::UnknownUnit(key.to_string()))?;
-        let waiting = self
-            .reclaim
-            .victims
-            .remove(&id)
-            .ok_or_else(|| CoreError::NotReclaimed(key.to_string()))?;
-        if let Some(u) = self.units.get(id)
-            && let Some((amount, _)) = u.holding()
-        {
-            self.state.quotas.mark_reclaiming(u.quota, amount, false);
-            self.reclaim.list(&self.state.quotas, id, u);
-        }
-        if let Some(w) = waiting {
-            self.reclaim
-                .drop_plan(w, &mut self.state.quotas, &mut self.relaxed);
-            self.reclaim.touch.push(w);
-        }
-        self.wake_idle_plans();
-        self.reclaim.stale = true;
-        Ok(())
-    }
-
-    /// Whether unit `key` is being reclaimed (chosen as a victim, not freed yet).
-    pub fn is_being_reclaimed(&self, key: &str) -> bool {
-        self.units
-            .lookup(key)
-            .is_some_and(|id| self.reclaim.victims.contains_key(&id))
-    }
-
-    /// The units being reclaimed, and who waits for each.
-    pub fn reclaims_in_flight(&self) -> impl Iterator<Item = ReclaimInFlight<'_>> {
-        self.reclaim.victims.iter().filter_map(|(v, w)| {
-            Some(ReclaimInFlight {
-                victim: &self.units.get(*v)?.key,
-                for_unit: w.and_then(|w| self.units.get(w)).map(|u| &*u.key),
-            })
-        })
-    }
-
-    /// A victim stopped holding for good (its job was re-suspended, or it
-    /// finished): the unit waiting for it is looked at again in the next
-    /// cycle (released if it fits, otherwise its reason gets the new figures
-    /// and the number of victims left).
-    pub(crate) fn victim_freed(&mut self, victim: UnitId, waiting: Option<UnitId>) {
-        if let Some(w) = waiting
-            && let Some(plan) = self.reclaim.plans.get_mut(&w)
-        {
-            plan.victims.retain(|v| *v != victim);
-            self.reclaim.touch.push(w);
-        }
-        self.wake_idle_plans();
-    }
-
-    /// Units that wait only for reclaims made for others are looked at again
-    /// whenever one of those ends.
-    fn wake_idle_plans(&mut self) {
-        let idle = self
-            .reclaim
-            .plans
-            .iter()
-            .filter(|(_, p)| p.victims.is_empty())
-            .map(|(id, _)| *id);
-        self.reclaim.touch.extend(idle);
-    }
-
-    /// Work reclaim left for the next pass of a cycle: units to look at
-    /// again, quotas that got room under their min, guaranteed units to try
-    /// again now that borrowing may have grown.
-    pub(crate) fn reclaim_housekeeping(&mut self) {
-        if self.reclaim.stale {
-            self.reclaim.stale = false;
-            let retry: Vec<UnitId> = self.reclaim.retry.drain().collect();
-            self.reclaim.touch.extend(retry);
-        }
-        for id in std::mem::take(&mut self.reclaim.touch) {
-            if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
-                self.enqueue(id);
-            }
-        }
-        let mut checked: Vec<QuotaId> = Vec::new();
-        for q in std::mem::take(&mut self.reclaim.room_check) {
-            if checked.contains(&q) {
-                continue;
-            }
-            checked.push(q);
-            if !self.state.quotas.has_room_under_min(q) {
-                continue;
-            }
-            let Some(watchers) = self.reclaim.watch.get(&q) else {
-                continue;
-            };
-            for &queue in watchers {
-                if let Some(e) = self.queues.get_mut(queue) {
-                    e.dirty = super::queues::Dirty::Forced;
-                }
+/// Where victims for a unit on `path` may come from: the other children of
+/// the path's quotas, up to the highest one short of room (`deficits`), or,
+/// when the capacity is short, all of them, the other top-level quotas and
+/// the units of no quota.
+fn frontier(
+    tree: &crate::quota_tree::QuotaTree,
+    path: &[QuotaId],
+    deficits: &[Deficit],
+) -> Vec<Source> {
+    // The path's quotas whose other children may give: up to the
+    // highest one short of room, or all of them and the top level for
+    // the capacity.
+    let capacity = deficits.iter().any(|d| d.at.is_none());
+    let highest = if capacity {
+        path.len().saturating_sub(1)
+    } else {
+        path.iter()
+            .rposition(|a| deficits.iter().any(|d| d.at == Some(*a)))
+            .unwrap_or(0)
+    };
+    let mut fronts: Vec<Source> = Vec::new();
+    for j in 1..=highest {
+        let on_path = path[j - 1];
+        for &c in tree.children(Some(path[j])) {
+            if c != on_path {
+                fronts.push(Source::Quota(c));
             }
         }
     }
-
-    /// Min or capacity changed: guarantees may have changed anywhere.
-    pub(crate) fn reclaim_limits_changed(&mut self) {
-        self.reclaim.stale = true;
-        let quotas: Vec<QuotaId> = self.reclaim.watch.keys().copied().collect();
-        self.reclaim.room_check.extend(quotas);
-    }
-
-    /// The tree changed shape: plans are dropped (their units plan again,
-    /// counting what is already being reclaimed) and the holder index is
-    /// rebuilt along the new paths.
-    pub(crate) fn reclaim_restructured(&mut self) {
-        let planned: Vec<UnitId> = self.reclaim.plans.keys().copied().collect();
-        for id in planned {
-            self.reclaim
-                .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);
-        }
-        let ReclaimState { index, victims, .. } = &mut self.reclaim;
-        index.rebuild(&self.units, &self.state.quotas, victims);
-        self.reclaim.stale = true;
-    }
-
-    /// At the end of a cycle: the units released into room taken back for
-    /// them join the holder index.
-    pub(crate) fn list_made_room(&mut self) {
-        for id in std::mem::take(&mut self.reclaim.unlisted) {
-            if let Some(u) = self.units.get(id)
-                && !self.reclaim.victims.contains_key(&id)
-            {
-                self.reclaim.list(&self.state.quotas, id, u);
+    if capacity {
+        let top = path.last().copied();
+        for &c in tree.children(None) {
+            if Some(c) != top {
+                fronts.push(Source::Quota(c));
             }
         }
+        fronts.push(Source::NoQuota);
     }
-
-    /// After a queue was served: units taken back from other queues go back
-    /// in line.
-    pub(crate) fn requeue_withdrawn(&mut self) {
-        for id in std::mem::take(&mut self.reclaim.requeue) {
-            let Some(e) = self.units.get(id) else {
-                continue;
-            };
-            if !e.is_waiting() {
-                continue;
-            }
-            if let Some(entry) = e.queue.and_then(|q| self.queues.get_mut(q)) {
-                entry.admitted = entry.admitted.saturating_sub(1);
-            }
-            self.enqueue(id);
-        }
-    }
+    fronts
 }
