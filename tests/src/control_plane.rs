@@ -55,6 +55,11 @@ pub enum Tier {
 #[derive(Debug)]
 pub struct ControlPlane {
     server: String,
+    etcd_url: String,
+    /// kube-apiserver's program and arguments, to start it again.
+    apiserver: (PathBuf, Vec<String>),
+    /// How many times kube-apiserver was restarted (names its next log).
+    apiserver_restarts: std::sync::atomic::AtomicU32,
     kubeconfig: PathBuf,
     pki: Pki,
     nodes: Vec<String>,
@@ -174,48 +179,50 @@ impl ControlPlane {
             .iter()
             .map(|(k, v)| format!("--{k}={v}"))
             .collect();
+        let apiserver_program = tools::path(Tool::KubeApiserver)?;
+        let apiserver_args = [
+            args(&[
+                ("etcd-servers", etcd_url.clone()),
+                ("bind-address", "127.0.0.1".into()),
+                ("advertise-address", "127.0.0.1".into()),
+                ("secure-port", api_port.to_string()),
+                (
+                    "cert-dir",
+                    dir.path().join("apiserver-certs").display().to_string(),
+                ),
+                ("tls-cert-file", pki.apiserver_cert.display().to_string()),
+                (
+                    "tls-private-key-file",
+                    pki.apiserver_key.display().to_string(),
+                ),
+                ("client-ca-file", pki.ca_file.display().to_string()),
+                (
+                    "service-account-issuer",
+                    "https://kubernetes.default.svc.cluster.local".into(),
+                ),
+                (
+                    "service-account-key-file",
+                    pki.service_account_pub.display().to_string(),
+                ),
+                ("service-account-signing-key-file", sa_key.clone()),
+                ("service-cluster-ip-range", "10.0.0.0/24".into()),
+                ("authorization-mode", "Node,RBAC".into()),
+                ("allow-privileged", "true".into()),
+                // `/debug/pprof` for admins: how the benchmark's API server
+                // time is found (docs/performance.md); no cost until asked.
+                ("profiling", "true".into()),
+                ("enable-priority-and-fairness", "true".into()),
+                ("max-requests-inflight", "800".into()),
+                ("max-mutating-requests-inflight", "400".into()),
+                ("v", "0".into()),
+            ]),
+            extra,
+        ]
+        .concat();
         processes.push(Process::start(
             "kube-apiserver",
-            &tools::path(Tool::KubeApiserver)?,
-            &[
-                args(&[
-                    ("etcd-servers", etcd_url),
-                    ("bind-address", "127.0.0.1".into()),
-                    ("advertise-address", "127.0.0.1".into()),
-                    ("secure-port", api_port.to_string()),
-                    (
-                        "cert-dir",
-                        dir.path().join("apiserver-certs").display().to_string(),
-                    ),
-                    ("tls-cert-file", pki.apiserver_cert.display().to_string()),
-                    (
-                        "tls-private-key-file",
-                        pki.apiserver_key.display().to_string(),
-                    ),
-                    ("client-ca-file", pki.ca_file.display().to_string()),
-                    (
-                        "service-account-issuer",
-                        "https://kubernetes.default.svc.cluster.local".into(),
-                    ),
-                    (
-                        "service-account-key-file",
-                        pki.service_account_pub.display().to_string(),
-                    ),
-                    ("service-account-signing-key-file", sa_key.clone()),
-                    ("service-cluster-ip-range", "10.0.0.0/24".into()),
-                    ("authorization-mode", "Node,RBAC".into()),
-                    ("allow-privileged", "true".into()),
-                    // `/debug/pprof` for admins: how the benchmark's API server
-                    // time is found (docs/performance.md); no cost until asked.
-                    ("profiling", "true".into()),
-                    ("enable-priority-and-fairness", "true".into()),
-                    ("max-requests-inflight", "800".into()),
-                    ("max-mutating-requests-inflight", "400".into()),
-                    ("v", "0".into()),
-                ]),
-                extra,
-            ]
-            .concat(),
+            &apiserver_program,
+            &apiserver_args,
             dir.path().join("kube-apiserver.log"),
         )?);
 
@@ -235,6 +242,9 @@ impl ControlPlane {
 
         let mut cp = Self {
             server,
+            etcd_url,
+            apiserver: (apiserver_program, apiserver_args),
+            apiserver_restarts: Default::default(),
             kubeconfig,
             pki,
             nodes: Vec::new(),
@@ -444,13 +454,7 @@ impl ControlPlane {
         user: &str,
         credentials: &Credentials,
     ) -> Result<PathBuf> {
-        let path = self.dir.path().join(format!("{name}.kubeconfig"));
-        std::fs::write(
-            &path,
-            kubeconfig::render(&self.server, self.pki.ca.cert_pem(), user, credentials),
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
-        Ok(path)
+        self.write_kubeconfig_via(name, &self.server, user, credentials)
     }
 
     /// A client authenticated by a client certificate for `user` in `groups`.
@@ -476,6 +480,84 @@ impl ControlPlane {
         crate::fixtures::run_tool(Tool::Kubectl, &self.kubeconfig, args).await
     }
 
+    /// Kills kube-apiserver (SIGKILL: no graceful shutdown, every watch and
+    /// request cut mid-way) and starts it again on the same port and etcd;
+    /// returns once it serves. Its watch cache starts empty: clients whose
+    /// watch was behind get 410 Gone and relist.
+    pub async fn restart_apiserver(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let n = self.apiserver_restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        {
+            let mut processes = self.processes.lock().await;
+            let at = processes
+                .iter()
+                .position(|p| p.name() == "kube-apiserver")
+                .context("no kube-apiserver process")?;
+            processes[at].kill();
+            let (program, args) = &self.apiserver;
+            // The port is free once the process is gone; bind can still
+            // race with a kernel that has not released it: retry briefly.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let log = self.dir.path().join(format!("kube-apiserver.{n}.log"));
+            loop {
+                let mut p = Process::start("kube-apiserver", program, args, log.clone())?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                match p.check_alive() {
+                    Ok(()) => {
+                        processes[at] = p;
+                        break;
+                    }
+                    Err(error) if Instant::now() < deadline => {
+                        tracing::warn!(%error, "kube-apiserver did not start again; retrying");
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        self.wait_ready(Duration::from_secs(90)).await
+    }
+
+    /// Compacts etcd's history up to its current revision (as etcd's
+    /// auto-compaction would): a watch that resumes from an older revision
+    /// gets 410 Gone. Returns the revision compacted to.
+    pub async fn compact_etcd(&self) -> Result<i64> {
+        let range = etcd_post(
+            &self.etcd_url,
+            "/v3/kv/range",
+            r#"{"key":"Lw==","limit":1}"#,
+        )
+        .await?;
+        let revision: i64 = range["header"]["revision"]
+            .as_str()
+            .context("etcd range: no header.revision")?
+            .parse()?;
+        etcd_post(
+            &self.etcd_url,
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{revision}","physical":true}}"#),
+        )
+        .await?;
+        Ok(revision)
+    }
+
+    /// A kubeconfig like [`ControlPlane::write_kubeconfig`]'s that reaches
+    /// the API server at `server` (say, through a proxy).
+    pub fn write_kubeconfig_via(
+        &self,
+        name: &str,
+        server: &str,
+        user: &str,
+        credentials: &Credentials,
+    ) -> Result<PathBuf> {
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            kubeconfig::render(server, self.pki.ca.cert_pem(), user, credentials),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+
     /// Stops every process (reverse start order) now.
     pub async fn stop(&self) {
         let mut processes = self.processes.lock().await;
@@ -492,4 +574,31 @@ impl Drop for ControlPlane {
             p.kill();
         }
     }
+}
+
+/// One JSON request to etcd's HTTP gateway (plain HTTP on loopback).
+async fn etcd_post(base: &str, path: &str, body: &str) -> Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, payload) = text
+        .split_once("\r\n\r\n")
+        .context("etcd: malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("etcd {path}: {head}: {payload}");
+    }
+    // A chunked body: take the JSON object inside it.
+    let start = payload.find('{').context("etcd: no JSON in the response")?;
+    let end = payload
+        .rfind('}')
+        .context("etcd: no JSON in the response")?;
+    Ok(serde_json::from_str(&payload[start..=end])?)
 }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pki;
 pub mod proc_stats;
 pub mod process;
+pub mod proxy;
 pub mod scheduler;
 pub mod shared;
 pub mod tenant;

@@ -103,7 +103,17 @@ impl SchedulerReplica {
 /// identity of [`crate::webhook::SCHEDULER_USER`].
 pub async fn start(
     cp: &ControlPlane,
+    args: koord_queue_scheduler::Args,
+) -> Result<SchedulerReplica> {
+    start_via(cp, args, cp.server()).await
+}
+
+/// [`start`], the replica reaching the API server at `server` (say,
+/// through a [`crate::proxy::Proxy`]).
+pub async fn start_via(
+    cp: &ControlPlane,
     mut args: koord_queue_scheduler::Args,
+    server: &str,
 ) -> Result<SchedulerReplica> {
     // Replicas in one process need distinct Lease identities (in a cluster
     // the pod name is unique).
@@ -112,8 +122,9 @@ pub async fn start(
     let cert = cp
         .pki()
         .client_cert(crate::webhook::SCHEDULER_USER, &["system:masters"])?;
-    let path = cp.write_kubeconfig(
+    let path = cp.write_kubeconfig_via(
         &crate::fixtures::unique_name("scheduler"),
+        server,
         crate::webhook::SCHEDULER_USER,
         &kubeconfig::Credentials::Certificate {
             cert_pem: cert.cert_pem,

@@ -23,6 +23,12 @@ pub async fn tier2() -> Result<&'static ControlPlane> {
         .await
 }
 
+/// A control plane of the test's own (with Koord-Queue's CRDs applied), for
+/// a test that breaks it: restarts its API server, compacts its etcd.
+pub async fn own(tier: Tier) -> Result<ControlPlane> {
+    start(tier).await
+}
+
 async fn start(tier: Tier) -> Result<ControlPlane> {
     crate::init_tracing();
     let cp = ControlPlane::start(tier).await?;

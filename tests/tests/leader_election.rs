@@ -3,18 +3,16 @@
 //! on a crash, and stepping down when the Lease is taken away.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use koord_queue_runtime::{LeaderElector, LeaderHandle, LeaseConfig};
+use koord_queue_tests::proxy::{Mode, Proxy};
 use koord_queue_tests::{fixtures, shared};
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 const LEASE_DURATION: Duration = Duration::from_secs(2);
 const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
@@ -273,39 +271,6 @@ async fn leader_steps_down_when_the_lease_is_taken_away() {
     leader.release().await;
 }
 
-/// A TCP proxy to the API server that can be cut: open connections drop and
-/// new ones hang unanswered, as when the API server is unreachable.
-struct Proxy {
-    addr: SocketAddr,
-    cut: watch::Sender<bool>,
-}
-
-async fn proxy_to(upstream: SocketAddr) -> Proxy {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (cut, cut_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        while let Ok((mut down, _)) = listener.accept().await {
-            let mut cut_rx = cut_rx.clone();
-            tokio::spawn(async move {
-                if *cut_rx.borrow_and_update() {
-                    // Hold the connection without answering until healed.
-                    let _ = cut_rx.wait_for(|cut| !*cut).await;
-                    return;
-                }
-                let Ok(mut up) = TcpStream::connect(upstream).await else {
-                    return;
-                };
-                tokio::select! {
-                    _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
-                    _ = cut_rx.wait_for(|cut| *cut) => {}
-                }
-            });
-        }
-    });
-    Proxy { addr, cut }
-}
-
 /// An admin client that reaches the API server through `proxy`.
 async fn client_through(proxy: &Proxy) -> kube::Client {
     let cp = shared::tier1().await.unwrap();
@@ -314,18 +279,16 @@ async fn client_through(proxy: &Proxy) -> kube::Client {
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .unwrap();
-    config.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+    config.cluster_url = proxy.url().parse().unwrap();
     kube::Client::try_from(config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_cut_off_from_the_api_server_steps_down_before_the_lease_expires() {
     let (ns, name, api) = setup().await;
-    let server: http::Uri = shared::tier1().await.unwrap().server().parse().unwrap();
-    let upstream: SocketAddr = format!("{}:{}", server.host().unwrap(), server.port_u16().unwrap())
-        .parse()
+    let proxy = Proxy::start(shared::tier1().await.unwrap().server())
+        .await
         .unwrap();
-    let proxy = proxy_to(upstream).await;
     let config = LeaseConfig {
         lease_duration: LEASE_DURATION,
         renew_deadline: RENEW_DEADLINE,
@@ -338,7 +301,7 @@ async fn leader_cut_off_from_the_api_server_steps_down_before_the_lease_expires(
     tokio::time::sleep(RETRY_PERIOD * 2).await;
     assert!(cut_off.is_leader() && !standby.is_leader());
 
-    proxy.cut.send_replace(true);
+    proxy.set(Mode::Cut);
     let cut_at = Instant::now();
     // The last successful renewal started at most a retry period (plus a
     // request) before the cut; leadership ends a renew deadline after it,
@@ -374,7 +337,7 @@ async fn leader_cut_off_from_the_api_server_steps_down_before_the_lease_expires(
     assert!(!cut_off.is_leader());
 
     // Reconnected, the old leader stays a standby behind the new one.
-    proxy.cut.send_replace(false);
+    proxy.set(Mode::Open);
     tokio::time::sleep(LEASE_DURATION).await;
     assert!(!cut_off.is_leader() && standby.is_leader());
     assert_eq!(holder(&api, &name).await, "replica-b");

@@ -39,6 +39,12 @@ pub struct WriteLabels {
     pub operation: &'static str,
 }
 
+/// Labels naming a watch source (`queueunits`, a job kind, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
 /// The scheduler's metrics.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -68,6 +74,10 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// ElasticQuotas ignored because an older one holds their name.
     pub quota_name_conflicts: Gauge,
+    /// Relists of a watch after its first list (a 410 Gone, a restart).
+    pub watch_relists: Family<SourceLabels, Counter>,
+    /// Records dropped by a relist: objects deleted while the watch was away.
+    pub relist_dropped: Family<SourceLabels, Counter>,
 }
 
 impl Metrics {
@@ -87,6 +97,8 @@ impl Metrics {
             write_backlog: Gauge::default(),
             events_dropped: Counter::default(),
             quota_name_conflicts: Gauge::default(),
+            watch_relists: Family::default(),
+            relist_dropped: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -133,6 +145,16 @@ impl Metrics {
             "api_write_errors",
             "API writes that failed, by operation",
             m.write_errors.clone(),
+        );
+        r.register(
+            "watch_relists",
+            "Relists of a watch after its first list, per source",
+            m.watch_relists.clone(),
+        );
+        r.register(
+            "relist_dropped_records",
+            "Records dropped by a relist (deleted while the watch was away), per source",
+            m.relist_dropped.clone(),
         );
         r.register(
             "leader",

@@ -59,6 +59,14 @@ impl QuotaNames {
             .sum()
     }
 
+    /// Namespace and name of every quota recorded, shadowed ones included.
+    pub fn keys(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.by_name
+            .values()
+            .flatten()
+            .map(|q| (q.namespace.clone(), q.name.clone()))
+    }
+
     /// The namespace of the quota that holds `name`.
     pub fn holder(&self, name: &str) -> Option<&str> {
         self.by_name

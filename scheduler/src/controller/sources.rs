@@ -29,6 +29,11 @@ pub enum Change<T> {
     Deleted(String, String),
     /// The initial list is complete.
     Synced,
+    /// A relist (after a 410 Gone, or any restart of the watch) is
+    /// complete: these are the objects it found (namespace, name). Records
+    /// of the kind not among them were deleted while the watch was away.
+    /// Sent before the relist's [`Change::Synced`].
+    Relisted(Listed),
     /// The kind's API is not installed (yet).
     Absent,
 }
@@ -61,6 +66,9 @@ pub const LIST_PAGE_SIZE: u32 = 500;
 /// kind waits to be followed.
 const ABSENT_RETRY_FIRST: Duration = Duration::from_secs(1);
 const ABSENT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The objects a relist found: namespace and name.
+pub type Listed = std::collections::HashSet<(String, String)>;
 
 /// Name of a watched source, for sync tracking.
 pub type SourceName = &'static str;
@@ -206,6 +214,11 @@ async fn forward<K, T, S, C, W>(
     futures::pin_mut!(stream);
     let mut absent_reported = false;
     let mut absent_retry = ABSENT_RETRY_FIRST;
+    // Whether an initial list has completed: every later list is a relist,
+    // whose objects are collected (only while it runs) so that what it no
+    // longer finds is dropped.
+    let mut listed_once = false;
+    let mut relisting: Option<Listed> = None;
     while let Some(event) = stream.next().await {
         let change = match event {
             Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
@@ -214,7 +227,12 @@ async fn forward<K, T, S, C, W>(
                     obj.meta().name.clone().unwrap_or_default(),
                 );
                 match convert(obj) {
-                    Some(record) => Change::Applied(record),
+                    Some(record) => {
+                        if let Some(listed) = relisting.as_mut() {
+                            listed.insert((ns, n));
+                        }
+                        Change::Applied(record)
+                    }
                     // Not ours (e.g. a job without the annotation): treat as
                     // gone so a stale record is dropped.
                     None => Change::Deleted(ns, n),
@@ -224,10 +242,22 @@ async fn forward<K, T, S, C, W>(
                 obj.meta().namespace.clone().unwrap_or_default(),
                 obj.meta().name.clone().unwrap_or_default(),
             ),
-            Ok(Event::Init) => continue,
+            Ok(Event::Init) => {
+                if listed_once {
+                    tracing::info!(kind = name, "watch restarted; relisting");
+                    relisting = Some(Listed::new());
+                }
+                continue;
+            }
             Ok(Event::InitDone) => {
                 absent_reported = false;
                 absent_retry = ABSENT_RETRY_FIRST;
+                listed_once = true;
+                if let Some(listed) = relisting.take()
+                    && tx.send(wrap(Change::Relisted(listed))).await.is_err()
+                {
+                    return;
+                }
                 Change::Synced
             }
             Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {

@@ -64,6 +64,7 @@ impl Controller {
                     self.on_unit_gone(&st);
                 }
             }
+            Change::Relisted(listed) => self.units_relisted(&listed),
             Change::Synced | Change::Absent => self.source_done("queueunits"),
         }
     }
@@ -118,6 +119,7 @@ impl Controller {
                     }
                 }
             }
+            Change::Relisted(listed) => self.jobs_relisted(kind, &listed),
             Change::Synced | Change::Absent => self.source_done(kind),
         }
     }
@@ -136,6 +138,7 @@ impl Controller {
                 self.queues.remove(&name);
                 self.core.remove_queue(&name);
             }
+            Change::Relisted(listed) => return self.queues_relisted(&listed),
             Change::Synced | Change::Absent => return self.source_done("queues"),
         }
         self.request_cycle();
@@ -155,6 +158,7 @@ impl Controller {
                     return;
                 }
             }
+            Change::Relisted(listed) => return self.nodes_relisted(&listed),
             Change::Synced | Change::Absent => return self.source_done("nodes"),
         }
         if self.recompute_capacity() {
@@ -190,6 +194,7 @@ impl Controller {
                 }
                 owner
             }
+            Change::Relisted(listed) => return self.pods_relisted(&listed),
             Change::Synced | Change::Absent => return self.source_done("pods"),
         };
         // Only the strict-dequeue units of that job care.
@@ -222,6 +227,7 @@ impl Controller {
                 }
                 ns
             }
+            Change::Relisted(listed) => return self.namespace_quotas_relisted(&listed),
             Change::Synced | Change::Absent => return self.source_done("resourcequotas"),
         };
         // Several ResourceQuotas in one namespace must all admit the unit:

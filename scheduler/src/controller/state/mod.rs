@@ -10,6 +10,7 @@ use decide::*;
 use lifecycle::*;
 mod quotas;
 mod release;
+mod relist;
 mod repair;
 mod results;
 mod visibility;

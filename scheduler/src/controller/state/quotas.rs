@@ -14,6 +14,7 @@ impl Controller {
                 }
                 resolution
             }
+            Change::Relisted(listed) => return self.quotas_relisted(&listed),
             Change::Synced | Change::Absent => return self.source_done("elasticquotas"),
         };
         for shadowed in &resolution.newly_shadowed {

@@ -427,3 +427,54 @@ fn the_admission_check_contract() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// A relist that no longer finds a running unit and its job (deleted while
+/// the watch was away) frees the quota they held, once; one that finds
+/// them changes nothing.
+#[test]
+fn a_relist_drops_what_was_deleted_meanwhile_and_frees_its_quota_once() {
+    use crate::controller::sources::Listed;
+    let mut s = Scenario::new(json!({}));
+    s.job(false, json!({ "active": 1, "ready": 1 }));
+    s.unit(
+        json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
+            "resources": { "cpu": "2" } }] }),
+        true,
+    );
+    s.take();
+    let used = |s: &Scenario| s.controller.core.cluster_used().get("cpu");
+    assert_eq!(used(&s), 2000, "the running unit holds 2 cpu");
+
+    // A relist that finds both keeps both.
+    let found: Listed = [("ns".to_string(), "u".to_string())].into();
+    s.input(Input::Unit(Change::Relisted(found)));
+    let found: Listed = [("ns".to_string(), "j".to_string())].into();
+    s.input(Input::Job("Job", Change::Relisted(found)));
+    assert_eq!(used(&s), 2000);
+    assert!(
+        s.take()
+            .iter()
+            .all(|w| w.unit().is_none() || matches!(w, Write::Visibility { .. }))
+    );
+
+    // Both deleted while the watch was away: the job's relist drops it (its
+    // unit is then deleted as an orphan of a gone job) and the unit's
+    // relist drops the unit; quota is freed and not freed twice.
+    s.input(Input::Job("Job", Change::Relisted(Listed::new())));
+    assert!(s.controller.jobs.is_empty());
+    s.input(Input::Unit(Change::Relisted(Listed::new())));
+    s.input(Input::Unit(Change::Relisted(Listed::new())));
+    assert!(s.controller.units.is_empty());
+    assert_eq!(used(&s), 0, "the deleted unit's quota is free");
+    let metrics = |name: &str| {
+        s.controller
+            .metrics
+            .relist_dropped
+            .get_or_create(&crate::controller::metrics::SourceLabels {
+                source: name.into(),
+            })
+            .get()
+    };
+    assert_eq!(metrics("queueunits"), 1);
+    assert_eq!(metrics("Job"), 1);
+}

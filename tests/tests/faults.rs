@@ -1,0 +1,105 @@
+//! Faults between the scheduler and the API (architecture §3 rule 2, "faults
+//! lose nothing"): each test has a control plane of its own, breaks it the
+//! way production does — kube-apiserver killed and restarted, etcd
+//! compacted so that watches get 410 Gone, the scheduler cut off through a
+//! TCP proxy — and checks, from outside, that quota comes back exactly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use koord_queue_api::QueueUnit;
+use koord_queue_api::queue_unit::QueueUnitPhase::*;
+use koord_queue_tests::control_plane::Tier;
+use koord_queue_tests::e2e::{
+    self, UsageMonitor, create_quota_serving, describe_units, job_yaml, kubectl_create_job,
+    wait_phase,
+};
+use koord_queue_tests::proxy::{Mode, Proxy};
+use koord_queue_tests::{fixtures, metrics, scheduler, shared, webhook};
+use kube::api::{Api, DeleteParams};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A relist after a 410 Gone drops what was deleted while the watch was
+/// away. The scheduler is cut off; a released job and its unit are deleted;
+/// etcd is compacted and kube-apiserver restarted (its watch cache empty),
+/// so the scheduler's watches cannot resume and relist. The deleted unit's
+/// quota must be freed — the waiting job it blocked is released — and freed
+/// once: the quota never holds more than its max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_after_410_gone_frees_the_quota_of_what_was_deleted_meanwhile() {
+    let cp = shared::own(Tier::One).await.unwrap();
+    let _webhook = webhook::start_and_register(&cp).await.unwrap();
+    let proxy = Proxy::start(cp.server()).await.unwrap();
+    let args = scheduler::test_args("faults-relist");
+    let replica = scheduler::start_via(&cp, args, &proxy.url()).await.unwrap();
+    let r = replica.clone();
+    fixtures::eventually(Duration::from_secs(30), move || {
+        let ok = r.is_leader() && r.is_ready();
+        async move { Ok(ok) }
+    })
+    .await
+    .unwrap();
+
+    let client = cp.client().await.unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    create_quota_serving(&client, "fq", None, false, ("4", "4"), None, &[ns.as_str()])
+        .await
+        .unwrap();
+    let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec!["fq".into()]);
+    for name in ["a", "b"] {
+        kubectl_create_job(&cp, &ns, &job_yaml(name, "fq", "2", "1h"))
+            .await
+            .unwrap();
+        wait_phase(&client, &ns, name, &[Dequeued, Running], LONG)
+            .await
+            .unwrap();
+    }
+    kubectl_create_job(&cp, &ns, &job_yaml("c", "fq", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "c", &[Enqueued], LONG)
+        .await
+        .unwrap();
+
+    // While the scheduler cannot see it: job a and its unit go.
+    proxy.set(Mode::Cut);
+    let unit = e2e::unit_of_job(&client, &ns, "a")
+        .await
+        .unwrap()
+        .and_then(|u| u.metadata.name)
+        .expect("job a has its unit");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    jobs.delete("a", &DeleteParams::background()).await.unwrap();
+    let units: Api<QueueUnit> = Api::namespaced(client.clone(), &ns);
+    // Tier 1 runs no garbage collector: the unit is deleted by hand.
+    units.delete(&unit, &DeleteParams::default()).await.unwrap();
+    let compacted = cp.compact_etcd().await.unwrap();
+    cp.restart_apiserver().await.unwrap();
+    tracing::info!(compacted, "etcd compacted, kube-apiserver restarted");
+    proxy.set(Mode::Open);
+
+    // The relist frees a's 2 CPU: c is released.
+    if let Err(e) = wait_phase(&client, &ns, "c", &[Dequeued, Running], LONG).await {
+        panic!("{e:#}\nunits:\n{}", describe_units(&client, &ns).await);
+    }
+    let text = metrics::scrape(replica.admin_addr).await.unwrap();
+    assert!(
+        metrics::sum_of(&text, "koord_queue_scheduler_watch_relists_total") >= 1.0,
+        "the relists are counted:\n{text}"
+    );
+    assert!(
+        metrics::sum_of(&text, "koord_queue_scheduler_relist_dropped_records_total") >= 1.0,
+        "the dropped records are counted"
+    );
+    metrics::wait_scheduler_quota_used(replica.admin_addr, "fq", "cpu", 4000.0, LONG)
+        .await
+        .unwrap();
+    assert!(
+        monitor.max() <= 4000,
+        "quota fq held {} m > 4 CPU",
+        monitor.max()
+    );
+    replica.stop().await.unwrap();
+}
