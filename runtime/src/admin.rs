@@ -33,7 +33,14 @@ pub fn admin_router(readiness: Readiness, registry: Arc<Mutex<Registry>>) -> Rou
 
 async fn readyz(State(state): State<AdminState>) -> Response {
     match state.readiness.check() {
-        Ok(()) => "ok".into_response(),
+        Ok(()) => {
+            let degraded = state.readiness.degraded();
+            if degraded.is_empty() {
+                "ok".into_response()
+            } else {
+                format!("ok\ndegraded:\n{}", degraded.join("\n")).into_response()
+            }
+        }
         Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, reasons).into_response(),
     }
 }

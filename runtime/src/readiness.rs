@@ -13,6 +13,9 @@ pub struct Readiness {
 #[derive(Debug, Default)]
 struct State {
     conditions: BTreeMap<&'static str, bool>,
+    /// What works only in part while the process is ready (say, one job
+    /// kind whose API fails): reported by `/readyz`, not failing it.
+    degraded: BTreeMap<String, String>,
     draining: bool,
 }
 
@@ -21,6 +24,7 @@ impl Readiness {
     pub fn new(conditions: &[&'static str]) -> Self {
         let state = State {
             conditions: conditions.iter().map(|c| (*c, false)).collect(),
+            degraded: BTreeMap::new(),
             draining: false,
         };
         Self {
@@ -37,6 +41,29 @@ impl Readiness {
         self.with(|s| {
             s.conditions.insert(condition, ok);
         });
+    }
+
+    /// Records that `part` works only in part, and why (`None`: it works
+    /// again). A degraded part does not make the process unready.
+    pub fn degrade(&self, part: &str, why: Option<String>) {
+        self.with(|s| match why {
+            Some(why) => {
+                s.degraded.insert(part.to_string(), why);
+            }
+            None => {
+                s.degraded.remove(part);
+            }
+        });
+    }
+
+    /// The degraded parts, one line each (`part: why`).
+    pub fn degraded(&self) -> Vec<String> {
+        self.with(|s| {
+            s.degraded
+                .iter()
+                .map(|(part, why)| format!("{part}: {why}"))
+                .collect()
+        })
     }
 
     /// Marks the process as draining: unready from now on.

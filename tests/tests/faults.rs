@@ -103,3 +103,95 @@ async fn a_relist_after_410_gone_frees_the_quota_of_what_was_deleted_meanwhile()
     );
     replica.stop().await.unwrap();
 }
+
+/// One job kind whose API fails does not stall the others. PyTorchJob's
+/// CRD here stores `v2` and serves the scheduler's `v1` through a
+/// conversion webhook that does not exist, so listing PyTorchJobs answers
+/// 500 as long as one is stored. The scheduler still becomes ready, says
+/// which kind fails (`/readyz`, `watch_failing`), and schedules batch Jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_whose_api_fails_is_reported_and_the_others_are_scheduled() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let cp = shared::own(Tier::One).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let versions: Vec<serde_json::Value> = ["v1", "v2"]
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "name": v, "served": true, "storage": *v == "v2",
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+            })
+        })
+        .collect();
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": "pytorchjobs.kubeflow.org" },
+            "spec": {
+                "group": "kubeflow.org", "scope": "Namespaced",
+                "names": { "kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob", "listKind": "PyTorchJobList" },
+                "conversion": { "strategy": "Webhook", "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": { "url": "https://127.0.0.1:1/convert" } } },
+                "versions": versions,
+            },
+        }))
+        .unwrap();
+    fixtures::apply_crds(&client, &[crd]).await.unwrap();
+    let ns = fixtures::create_namespace(&client, false).await.unwrap();
+    let gvk = GroupVersionKind::gvk("kubeflow.org", "v2", "PyTorchJob");
+    let stored: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(&gvk, "pytorchjobs"),
+    );
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflow.org/v2", "kind": "PyTorchJob",
+        "metadata": { "name": "unreadable" }, "spec": {},
+    }))
+    .unwrap();
+    stored
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+
+    let _webhook = webhook::start_and_register(&cp).await.unwrap();
+    let replica = scheduler::start_leader(&cp, scheduler::test_args("faults-kind"))
+        .await
+        .expect("ready although one kind's API fails");
+    let text = metrics::scrape(replica.admin_addr).await.unwrap();
+    assert_eq!(
+        metrics::sample(
+            &text,
+            "koord_queue_scheduler_watch_failing",
+            &[("source", "PyTorchJob")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let (code, readyz) = koord_queue_tests::admin::get(replica.admin_addr, "/readyz")
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{readyz}");
+    assert!(readyz.contains("PyTorchJob: its API fails"), "{readyz}");
+
+    let queued = fixtures::create_namespace(&client, true).await.unwrap();
+    create_quota_serving(
+        &client,
+        "fk",
+        None,
+        false,
+        ("4", "4"),
+        None,
+        &[queued.as_str()],
+    )
+    .await
+    .unwrap();
+    kubectl_create_job(&cp, &queued, &job_yaml("j", "fk", "1", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &queued, "j", &[Dequeued, Running], LONG)
+        .await
+        .unwrap();
+    replica.stop().await.unwrap();
+}

@@ -78,6 +78,8 @@ pub struct Metrics {
     pub watch_relists: Family<SourceLabels, Counter>,
     /// Records dropped by a relist: objects deleted while the watch was away.
     pub relist_dropped: Family<SourceLabels, Counter>,
+    /// 1 while a source's list or watch fails.
+    pub watch_failing: Family<SourceLabels, Gauge>,
 }
 
 impl Metrics {
@@ -99,6 +101,7 @@ impl Metrics {
             quota_name_conflicts: Gauge::default(),
             watch_relists: Family::default(),
             relist_dropped: Family::default(),
+            watch_failing: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -155,6 +158,11 @@ impl Metrics {
             "relist_dropped_records",
             "Records dropped by a relist (deleted while the watch was away), per source",
             m.relist_dropped.clone(),
+        );
+        r.register(
+            "watch_failing",
+            "1 while a source's list or watch fails (it keeps retrying), per source",
+            m.watch_failing.clone(),
         );
         r.register(
             "leader",

@@ -36,6 +36,9 @@ pub enum Change<T> {
     Relisted(Listed),
     /// The kind's API is not installed (yet).
     Absent,
+    /// Listing or watching the kind fails (`Some`: why, once per streak of
+    /// failures), or works again (`None`). The watch keeps retrying.
+    Failing(Option<String>),
 }
 
 /// Everything the controller reacts to from the API.
@@ -219,7 +222,15 @@ async fn forward<K, T, S, C, W>(
     // longer finds is dropped.
     let mut listed_once = false;
     let mut relisting: Option<Listed> = None;
+    // Whether a failure was reported and not yet followed by success.
+    let mut failing = false;
     while let Some(event) = stream.next().await {
+        if failing && listed_once && matches!(event, Ok(Event::Apply(_) | Event::Delete(_))) {
+            failing = false;
+            if tx.send(wrap(Change::Failing(None))).await.is_err() {
+                return;
+            }
+        }
         let change = match event {
             Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
                 let (ns, n) = (
@@ -250,6 +261,7 @@ async fn forward<K, T, S, C, W>(
                 continue;
             }
             Ok(Event::InitDone) => {
+                failing = false;
                 absent_reported = false;
                 absent_retry = ABSENT_RETRY_FIRST;
                 listed_once = true;
@@ -281,8 +293,15 @@ async fn forward<K, T, S, C, W>(
                 continue;
             }
             Err(error) => {
-                tracing::debug!(kind = name, %error, "watch error; retrying with backoff");
-                continue;
+                // Once per backoff: a kind whose API fails (403, 500, a
+                // broken conversion webhook) is visible in the log, in
+                // `watch_failing` and in `/readyz`, and the others go on.
+                tracing::warn!(kind = name, %error, "watch failed; retrying with backoff");
+                if failing {
+                    continue;
+                }
+                failing = true;
+                Change::Failing(Some(error.to_string()))
             }
         };
         if tx.send(wrap(change)).await.is_err() {

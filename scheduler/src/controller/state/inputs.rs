@@ -65,6 +65,7 @@ impl Controller {
                 }
             }
             Change::Relisted(listed) => self.units_relisted(&listed),
+            Change::Failing(why) => self.source_failing("queueunits", why),
             Change::Synced | Change::Absent => self.source_done("queueunits"),
         }
     }
@@ -120,7 +121,11 @@ impl Controller {
                 }
             }
             Change::Relisted(listed) => self.jobs_relisted(kind, &listed),
-            Change::Synced | Change::Absent => self.source_done(kind),
+            Change::Failing(why) => self.job_kind_failing(kind, why),
+            Change::Synced | Change::Absent => {
+                self.job_kind_failing(kind, None);
+                self.source_done(kind);
+            }
         }
     }
 
@@ -139,6 +144,7 @@ impl Controller {
                 self.core.remove_queue(&name);
             }
             Change::Relisted(listed) => return self.queues_relisted(&listed),
+            Change::Failing(why) => return self.source_failing("queues", why),
             Change::Synced | Change::Absent => return self.source_done("queues"),
         }
         self.request_cycle();
@@ -159,6 +165,7 @@ impl Controller {
                 }
             }
             Change::Relisted(listed) => return self.nodes_relisted(&listed),
+            Change::Failing(why) => return self.source_failing("nodes", why),
             Change::Synced | Change::Absent => return self.source_done("nodes"),
         }
         if self.recompute_capacity() {
@@ -195,6 +202,7 @@ impl Controller {
                 owner
             }
             Change::Relisted(listed) => return self.pods_relisted(&listed),
+            Change::Failing(why) => return self.source_failing("pods", why),
             Change::Synced | Change::Absent => return self.source_done("pods"),
         };
         // Only the strict-dequeue units of that job care.
@@ -228,6 +236,7 @@ impl Controller {
                 ns
             }
             Change::Relisted(listed) => return self.namespace_quotas_relisted(&listed),
+            Change::Failing(why) => return self.source_failing("resourcequotas", why),
             Change::Synced | Change::Absent => return self.source_done("resourcequotas"),
         };
         // Several ResourceQuotas in one namespace must all admit the unit:

@@ -29,6 +29,12 @@ impl Controller {
         }
         let st = &*st;
         tracing::trace!(unit = %k, phase = ?st.rec.phase, job = ?job.map(|j| (j.held, j.state)), "reconcile");
+        if kind_unseen(&self.failing_kinds, &st.rec) {
+            // Its job cannot be seen: kept as its status says, not decided.
+            let desired = membership_of_unit_alone(&st.rec);
+            self.set_membership(k, desired);
+            return;
+        }
         let desired = desired_membership(&st.rec, job);
         self.set_membership(k, desired);
         if self.synced() && self.leads() {

@@ -3,10 +3,12 @@
 //! core and the records never race.
 
 mod decide;
+mod failing;
 mod inputs;
 mod lifecycle;
 
 use decide::*;
+use failing::*;
 use lifecycle::*;
 mod quotas;
 mod release;
@@ -272,6 +274,8 @@ pub struct Controller {
     pods: HashMap<String, HashMap<String, PodRecord>>,
     /// Salt of the backoff jitter (see [`UnitView::jitter_salt`]).
     jitter_salt: u64,
+    /// Job kinds whose API fails now (see `failing.rs`).
+    failing_kinds: HashSet<&'static str>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -328,6 +332,7 @@ impl Controller {
             to_enqueue: HashSet::new(),
             timed: HashSet::new(),
             pods: HashMap::new(),
+            failing_kinds: HashSet::new(),
             jitter_salt: {
                 use std::hash::BuildHasher;
                 std::collections::hash_map::RandomState::new().hash_one(std::process::id())

@@ -15,6 +15,7 @@ impl Controller {
                 resolution
             }
             Change::Relisted(listed) => return self.quotas_relisted(&listed),
+            Change::Failing(why) => return self.source_failing("elasticquotas", why),
             Change::Synced | Change::Absent => return self.source_done("elasticquotas"),
         };
         for shadowed in &resolution.newly_shadowed {

@@ -49,6 +49,7 @@ impl Controller {
             .units
             .iter()
             .filter(|(_, st)| st.rec.phase.is_none() && !st.awaiting && !st.rec.deleting)
+            .filter(|(_, st)| !kind_unseen(&self.failing_kinds, &st.rec))
             .filter(|(_, st)| now_ms - st.rec.created_ms > grace_ms)
             .filter(|(_, st)| {
                 self.jobs

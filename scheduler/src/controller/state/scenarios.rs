@@ -478,3 +478,41 @@ fn a_relist_drops_what_was_deleted_meanwhile_and_frees_its_quota_once() {
     assert_eq!(metrics("queueunits"), 1);
     assert_eq!(metrics("Job"), 1);
 }
+
+/// A job kind whose API fails: its units are kept as their status says —
+/// a running unit whose job cannot be seen still holds its quota and is not
+/// deleted as the unit of a gone job — until the kind works again.
+#[test]
+fn a_unit_of_a_failing_kind_is_kept_as_it_is_until_the_kind_works() {
+    let mut s = Scenario::new(json!({}));
+    s.input(Input::Job(
+        "Job",
+        Change::Failing(Some("403 Forbidden".into())),
+    ));
+    s.unit(
+        json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
+            "resources": { "cpu": "2" } }] }),
+        true,
+    );
+    s.controller.collect_orphans();
+    assert_eq!(
+        summary(&s.take()),
+        Vec::<String>::new(),
+        "nothing decided blind"
+    );
+    assert_eq!(s.controller.core.cluster_used().get("cpu"), 2000);
+    assert!(
+        s.controller
+            .readiness
+            .degraded()
+            .iter()
+            .any(|d| d.starts_with("Job: ")),
+        "{:?}",
+        s.controller.readiness.degraded()
+    );
+    // The kind works again and its job is not there: the unit of a gone job
+    // is deleted.
+    s.input(Input::Job("Job", Change::Synced));
+    assert_eq!(summary(&s.take()), vec!["delete_unit"]);
+    assert!(s.controller.readiness.degraded().is_empty());
+}
