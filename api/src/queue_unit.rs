@@ -241,6 +241,13 @@ pub struct QueueUnitStatus {
     /// Backoff bookkeeping of a unit that was sent back to wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_state: Option<RequeueState>,
+    /// Who wrote the status last, as `<holder identity>/<lease term>/<n>`:
+    /// the scheduler's fencing token. The chart's ValidatingAdmissionPolicy
+    /// lets a status write that changes it through only if it names the
+    /// current holder and term of the scheduler's Lease, so the write of a
+    /// scheduler that lost the Lease fails at the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<String>,
 }
 
 /// Quota held for one pod set.

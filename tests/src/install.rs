@@ -465,3 +465,33 @@ pub fn cert_manager_crds() -> Result<Vec<CustomResourceDefinition>> {
     })
     .collect()
 }
+
+/// Applies the chart's fencing policy (`templates/scheduler-fencing.yaml`,
+/// rendered by helm) for the scheduler Lease `lease` in `namespace`, as a
+/// release named after the Lease would install it.
+pub async fn fencing_policy(cp: &ControlPlane, namespace: &str, lease: &str) -> Result<()> {
+    let home = cp.dir().join(format!("helm-fencing-{lease}"));
+    std::fs::create_dir_all(&home)?;
+    let chart = chart_dir();
+    let rendered = helm_ok(
+        &home,
+        None,
+        &[
+            "template",
+            lease,
+            &chart.display().to_string(),
+            "--namespace",
+            namespace,
+            "--show-only",
+            "templates/scheduler-fencing.yaml",
+            "--set",
+            &format!("scheduler.leaderElection.leaseName={lease}"),
+        ],
+    )
+    .await?;
+    let path = home.join("fencing.yaml");
+    std::fs::write(&path, rendered)?;
+    cp.kubectl(&["apply", "-f", &path.display().to_string()])
+        .await?;
+    Ok(())
+}

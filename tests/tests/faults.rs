@@ -195,3 +195,120 @@ async fn a_kind_whose_api_fails_is_reported_and_the_others_are_scheduled() {
         .unwrap();
     replica.stop().await.unwrap();
 }
+
+/// A write computed by a scheduler that no longer holds the Lease fails at
+/// the API server (the chart's fencing policy), not only in the writer's
+/// own leadership check. Scheduler B leads and has filled quota fq (max 2)
+/// with job j1; a stale leader — a writer that still believes it leads, as
+/// a process paused past its renew deadline would — releases j2 into the
+/// same headroom. Its unit status write is refused, so j2 stays held and
+/// waiting, and the quota never holds more than its max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_leaders_release_fails_at_the_api_server() {
+    use koord_queue_api::queue_unit::Admission;
+    use koord_queue_runtime::Leadership;
+    use koord_queue_scheduler::controller::metrics::Metrics;
+    use koord_queue_scheduler::controller::writes::{JobRef, Outcome, Write, Writer};
+    let cp = shared::own(Tier::One).await.unwrap();
+    let lease = "faults-fence";
+    koord_queue_tests::install::fencing_policy(&cp, koord_queue_api::keys::SYSTEM_NAMESPACE, lease)
+        .await
+        .unwrap();
+    let _webhook = webhook::start_and_register(&cp).await.unwrap();
+    let leader = scheduler::start_leader(&cp, scheduler::test_args(lease))
+        .await
+        .unwrap();
+    let client = cp.client().await.unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    create_quota_serving(
+        &client,
+        "fq2",
+        None,
+        false,
+        ("2", "2"),
+        None,
+        &[ns.as_str()],
+    )
+    .await
+    .unwrap();
+    let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec!["fq2".into()]);
+    // The current leader's writes carry its token and pass the policy.
+    kubectl_create_job(&cp, &ns, &job_yaml("j1", "fq2", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "j1", &[Dequeued, Running], LONG)
+        .await
+        .unwrap();
+    kubectl_create_job(&cp, &ns, &job_yaml("j2", "fq2", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "j2", &[Enqueued], LONG)
+        .await
+        .unwrap();
+
+    let unit = e2e::unit_of_job(&client, &ns, "j2")
+        .await
+        .unwrap()
+        .and_then(|u| u.metadata.name)
+        .expect("j2 has its unit");
+    let job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get("j2")
+        .await
+        .unwrap();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let stale = Writer::new(
+        webhook::scheduler_client(&cp).await.unwrap(),
+        Leadership::fixed(true),
+        1,
+        done_tx,
+        Metrics::register(&mut Default::default()),
+        "stale-leader".into(),
+        koord_queue_api::keys::SYSTEM_NAMESPACE.into(),
+    );
+    stale.submit(Write::Release {
+        unit: format!("{ns}/{unit}").into(),
+        job: JobRef {
+            adapter: koord_queue_api::jobs::for_kind("batch", "Job").unwrap(),
+            namespace: ns.clone(),
+            name: "j2".into(),
+            uid: job.metadata.uid.clone().unwrap(),
+        },
+        admissions: Some(vec![Admission {
+            name: "main".into(),
+            replicas: 1,
+            running: 0,
+            resources: [(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+            )]
+            .into(),
+        }]),
+        attempts: Some(1),
+        phase: Dequeued,
+        checks: None,
+        message: "released by a stale leader".into(),
+    });
+    let written = tokio::time::timeout(LONG, done_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(written.outcome, Outcome::NotLeader),
+        "the stale release is refused: {:?}",
+        written.outcome
+    );
+    assert!(
+        e2e::job_suspended(&client, &ns, "j2").await.unwrap(),
+        "j2 stays held"
+    );
+    assert_eq!(
+        e2e::phase_of(&client, &ns, "j2").await.unwrap(),
+        Some(Enqueued)
+    );
+    assert!(
+        monitor.max() <= 2000,
+        "quota fq2 held {} m > 2 CPU",
+        monitor.max()
+    );
+    leader.stop().await.unwrap();
+}

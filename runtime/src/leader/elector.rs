@@ -94,7 +94,10 @@ impl LeaderElector {
         tracing::info!("campaigning for leadership");
         let how = loop {
             let valid_until = match self.campaign(&mut stop).await {
-                Ok(valid_until) => valid_until,
+                Ok((valid_until, term)) => {
+                    self.shared.set_term(term);
+                    valid_until
+                }
                 Err(how) => break how,
             };
             if let Err(how) = self.lead(valid_until, &mut stop).await {
@@ -113,8 +116,8 @@ impl LeaderElector {
     }
 
     /// Tries until this candidate holds the Lease; returns until when it may
-    /// lead.
-    async fn campaign(&mut self, stop: &mut oneshot::Receiver<()>) -> Result<Instant, Stop> {
+    /// lead, and the Lease's `leaseTransitions` (its term).
+    async fn campaign(&mut self, stop: &mut oneshot::Receiver<()>) -> Result<(Instant, i32), Stop> {
         // Logged when it changes, not on every poll.
         let mut last_holder: Option<String> = None;
         loop {
@@ -129,7 +132,7 @@ impl LeaderElector {
                     transitions,
                 } => {
                     tracing::info!(took_over, transitions, "acquired the lease");
-                    return Ok(valid_until);
+                    return Ok((valid_until, transitions));
                 }
                 Attempt::HeldBy(holder) => {
                     if last_holder.as_deref() != Some(&holder) {
@@ -200,6 +203,7 @@ impl LeaderElector {
                         // Someone emptied the holder; the conditional write
                         // still proves nobody else holds it.
                         tracing::info!(transitions, "re-acquired the lease after it was freed");
+                        self.shared.set_term(transitions);
                     }
                     valid_until = max(valid_until, renewed_until);
                     self.shared.lead_until(valid_until);

@@ -168,6 +168,9 @@ struct Shared {
     lead_until: AtomicU64,
     /// The same state for subscribers, updated on each change.
     leading: watch::Sender<bool>,
+    /// The Lease's `leaseTransitions` when this process last acquired it:
+    /// its term, the fencing token of its writes (see [`Leadership::term`]).
+    term: AtomicU64,
 }
 
 impl Shared {
@@ -176,6 +179,7 @@ impl Shared {
             epoch: Instant::now(),
             lead_until: AtomicU64::new(0),
             leading: watch::Sender::new(false),
+            term: AtomicU64::new(0),
         }
     }
 
@@ -194,6 +198,11 @@ impl Shared {
         let nanos = max(self.nanos_since_epoch(until), 1);
         self.lead_until.store(nanos, Ordering::Release);
         self.publish(true);
+    }
+
+    fn set_term(&self, transitions: i32) {
+        self.term
+            .store(u64::try_from(transitions).unwrap_or(0), Ordering::Release);
     }
 
     /// Stops leading now. The flag drops before subscribers hear of it.
@@ -248,6 +257,16 @@ impl Leadership {
     /// Lease is seen held by another, and after the election stops.
     pub fn is_leader(&self) -> bool {
         self.shared.is_leader()
+    }
+
+    /// The term this process leads in — the Lease's `leaseTransitions` when
+    /// it acquired it — while it leads. A write that carries it (with the
+    /// holder's identity) can be checked by the API server against the
+    /// Lease itself, so a write of a leader that lost the Lease fails there
+    /// (the chart's ValidatingAdmissionPolicy `…-fencing`).
+    pub fn term(&self) -> Option<u64> {
+        self.is_leader()
+            .then(|| self.shared.term.load(Ordering::Acquire))
     }
 
     /// Leadership changes as they happen. A receiver sees the latest state;

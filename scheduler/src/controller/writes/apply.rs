@@ -7,8 +7,9 @@ impl Writer {
     pub(super) async fn patch_unit_status(
         &self,
         unit: &Key,
-        status: Value,
+        mut status: Value,
     ) -> Result<Option<u64>, kube::Error> {
+        status["fencingToken"] = json!(self.fence()?);
         let (ns, name) = split(unit);
         let patched = self
             .unit_acks(ns)
@@ -24,6 +25,7 @@ impl Writer {
     }
 
     pub(super) async fn patch_job(&self, job: &JobRef, patch: &Value) -> Result<(), kube::Error> {
+        self.fence()?;
         job.api::<WriteAck>(&self.client)
             .patch(&job.name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
@@ -117,6 +119,7 @@ impl Writer {
                     .await
             }
             Write::DeleteUnit { unit } => {
+                self.fence()?;
                 let (ns, name) = split(unit);
                 let deleted = self
                     .units(ns)
@@ -146,6 +149,7 @@ impl Writer {
     /// Adoption: the unit is owned by its job (garbage collection deletes it
     /// with the job) and names the job's uid.
     async fn adopt(&self, unit: &Key, job: &JobRef) -> Result<Option<u64>, kube::Error> {
+        self.fence()?;
         let (ns, name) = split(unit);
         let kind = job.adapter.kind();
         let owner = json!({
@@ -175,6 +179,11 @@ impl Writer {
         for attempt in 0..3u32 {
             match self.patch_job(job, &release).await {
                 Ok(()) => return Ok(()),
+                // The Lease is lost: the new leader decides about this unit
+                // (it reads the release from the API), nothing is reverted.
+                Err(kube::Error::Service(e)) if e.is::<Fenced>() => {
+                    return Err(kube::Error::Service(e));
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     last = Some(kube::Error::Api(e));
                     break;

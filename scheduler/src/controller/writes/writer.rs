@@ -16,7 +16,19 @@ pub struct Writer {
     pub(super) identity: String,
     pub(super) namespace: String,
     pub(super) latency: WriteLatency,
+    /// Numbers this replica's fencing tokens (each token differs, so the
+    /// API server checks every status write; see [`Writer::fence`]).
+    pub(super) writes: Arc<AtomicU64>,
 }
+
+/// A write step refused before it was sent: this replica no longer leads.
+#[derive(Debug, thiserror::Error)]
+#[error("fenced: this replica no longer holds the leader Lease")]
+pub(super) struct Fenced;
+
+/// Marks the API server's refusal of a stale leader's write (the message
+/// of the chart's fencing policy).
+pub const FENCING_REFUSED: &str = "koord-queue fencing";
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -37,6 +49,8 @@ pub(super) fn split(unit: &Key) -> (&str, &str) {
 pub(super) fn outcome_of(error: kube::Error) -> Outcome {
     match error {
         kube::Error::Api(e) if e.code == 404 => Outcome::Gone,
+        kube::Error::Service(e) if e.is::<Fenced>() => Outcome::NotLeader,
+        kube::Error::Api(e) if e.message.contains(FENCING_REFUSED) => Outcome::NotLeader,
         e => Outcome::Failed(e.to_string()),
     }
 }
@@ -64,6 +78,7 @@ impl Writer {
             identity,
             namespace,
             latency: WriteLatency::default(),
+            writes: Arc::default(),
         };
         for _ in 0..concurrency.max(1) {
             tokio::spawn(this.clone().work());
@@ -169,6 +184,18 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// Every step of a write (a write may take several: a release patches
+    /// the unit, then its job, with retries) is sent only while this replica
+    /// leads; returns the fencing token its unit status writes carry.
+    pub(super) fn fence(&self) -> Result<String, kube::Error> {
+        let term = self
+            .leader
+            .term()
+            .ok_or_else(|| kube::Error::Service(Box::new(Fenced)))?;
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(format!("{}/{term}/{n}", self.identity))
     }
 
     pub(super) fn units(&self, namespace: &str) -> Api<QueueUnit> {
