@@ -97,6 +97,16 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
                 job: job_ref(job),
             }))
         }
+        // Sent back, and yet its job runs (its hold failed after the unit
+        // was written, or someone lifted it): hold it again now, not when
+        // the backoff ends — its quota may serve another unit meanwhile.
+        (Some(QueueUnitPhase::TimeoutBackoff), Some(job)) if !job.held && !finished(job.state) => {
+            step.held_again = true;
+            Some(Intent::keep(Write::HoldJob {
+                unit: k.clone(),
+                job: job_ref(job),
+            }))
+        }
         (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
             step.timed = true;
             rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms).then(|| {
@@ -424,6 +434,12 @@ pub(super) fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> M
     match effective_phase(rec, job) {
         Some(QueueUnitPhase::Enqueued) => match job {
             Some(j) if j.held && !j.deleting => Membership::Waiting,
+            _ => Membership::Absent,
+        },
+        // Sent back while its job still runs: its pods use what the unit
+        // held until the job is held again.
+        Some(QueueUnitPhase::TimeoutBackoff) => match job {
+            Some(j) if !j.held && !finished(j.state) && !j.deleting => Membership::Holding,
             _ => Membership::Absent,
         },
         // A finished job's pods are done: its quota is free even before the

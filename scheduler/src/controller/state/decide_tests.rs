@@ -215,3 +215,11 @@ fn an_adopted_unit_left_waiting_is_enqueued_after_the_cycle() {
     assert!(step.intent.is_none());
     assert!(step.enqueue_after_cycle);
 }
+
+#[test]
+fn a_sent_back_unit_whose_job_still_runs_keeps_holding_until_it_is_held() {
+    let rec = unit(json!({ "phase": "TimeoutBackoff" }));
+    let running = json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" });
+    assert_eq!(desired_membership(&rec, Some(&job(false, running))), Membership::Holding);
+    assert_eq!(desired_membership(&rec, Some(&job(true, json!({})))), Membership::Absent);
+}

@@ -199,6 +199,13 @@ impl Controller {
             st.rec.requeue_at_ms = Some(requeue_at.0.as_millisecond());
             st.released_here = false;
             self.timed.insert(k.clone());
+            // The write held the job too: until its watch event comes, the
+            // record must not read running (which holds it again).
+            if job.is_some()
+                && let Some(j) = self.jobs.get_mut(&st.rec.job_key())
+            {
+                j.held = true;
+            }
             let event_reason = match reason {
                 RECLAIMED => "Reclaimed",
                 "AdmissionCheck" => "AdmissionCheckFailed",

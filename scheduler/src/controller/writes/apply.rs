@@ -85,16 +85,22 @@ impl Writer {
                     let status = phase_status(*via, Some(reason), message, None);
                     self.patch_unit_status(unit, status).await?;
                 }
-                if let Some(job) = job {
-                    self.hold(job).await?;
-                }
-                self.patch_unit_status(unit, json!({
+                // The unit first: from the moment it reads TimeoutBackoff the
+                // webhook refuses a user's unsuspend of the job; holding the
+                // job first left a window in which the unit still read
+                // released. Should the hold fail, the job runs while its unit
+                // holds nothing, which the lifecycle holds again at once.
+                let rv = self.patch_unit_status(unit, json!({
                     "phase": "TimeoutBackoff", "message": message, "admissions": [], "admissionChecks": [],
                     "position": null, "lastUpdateTime": now(),
                     "requeueState": { "count": count, "requeueAt": requeue_at },
                     "conditions": QueueUnitPhase::TimeoutBackoff.standard_conditions(Some(reason), message, &now()),
                 }))
-                .await
+                .await?;
+                if let Some(job) = job {
+                    self.hold(job).await?;
+                }
+                Ok(rv)
             }
             Write::Phase {
                 unit,
