@@ -99,6 +99,10 @@ pub enum AdapterError {
     },
 }
 
+/// The labels that name a pod's group for [`JobAdapter::pod_group`]: a pod
+/// watcher keeps the value of these and no other label.
+pub const POD_GROUP_LABELS: &[&str] = &["ray.io/cluster"];
+
 /// What Koord-Queue needs to know about one job kind.
 pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
@@ -136,6 +140,16 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// annotations: a watcher keeps these and drops the rest of each job
     /// ([`watched::WatchedJob`]).
     fn state_fields(&self) -> &'static [&'static [&'static str]];
+
+    /// The pods that keep running on this job's quota without being its own
+    /// (controller-owned) pods: a label and its value, read from the kept
+    /// [`JobAdapter::state_fields`]. A RayJob's pods belong to its RayCluster
+    /// (`ray.io/cluster=<status.rayClusterName>`), which may outlive the
+    /// job's success; the unit keeps its quota while any of them runs. The
+    /// label is one of [`POD_GROUP_LABELS`].
+    fn pod_group(&self, _job: &Value) -> Option<(&'static str, String)> {
+        None
+    }
 
     /// Name of the job's PriorityClass: a job-level setting where the kind has
     /// one (Kubeflow `runPolicy.schedulingPolicy.priorityClass`, Argo

@@ -103,7 +103,17 @@ impl JobAdapter for RayJobAdapter {
             &SUSPEND,
             &["status", "jobDeploymentStatus"],
             &["status", "jobStatus"],
+            &["status", "rayClusterName"],
         ]
+    }
+
+    /// The RayCluster's pods (KubeRay labels them `ray.io/cluster`): a
+    /// cluster kept after its job succeeded still uses the quota.
+    fn pod_group(&self, job: &Value) -> Option<(&'static str, String)> {
+        get_path(job, &["status", "rayClusterName"])
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(|n| ("ray.io/cluster", n.to_string()))
     }
 
     /// From `status.jobDeploymentStatus` (and `status.jobStatus`).
@@ -300,6 +310,19 @@ fn cluster_priority_class(cluster: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_rayjobs_pods_are_its_clusters() {
+        let adapter = crate::jobs::for_kind("ray.io", "RayJob").unwrap();
+        let job = serde_json::json!({ "status": { "rayClusterName": "rj-raycluster-x" } });
+        assert_eq!(
+            adapter.pod_group(&job),
+            Some(("ray.io/cluster", "rj-raycluster-x".to_string()))
+        );
+        assert_eq!(adapter.pod_group(&serde_json::json!({})), None);
+        assert!(crate::jobs::POD_GROUP_LABELS.contains(&"ray.io/cluster"));
+    }
+
     use super::*;
     use crate::jobs::test_support::{
         GI, assert_hold_release, container, gpu_container, malformed, pod_template,

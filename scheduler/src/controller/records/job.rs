@@ -36,6 +36,9 @@ pub struct JobRecord {
     pub deleting: bool,
     /// Creation time, ms since the epoch (0 if unknown).
     pub created_ms: i64,
+    /// The pods that run on its quota besides its own: label and value
+    /// (`JobAdapter::pod_group`).
+    pub pod_group: Option<(&'static str, String)>,
 }
 
 impl JobRecord {
@@ -60,6 +63,7 @@ impl JobRecord {
             unit_name,
             held: adapter.is_held(&view),
             state: adapter.state(&view),
+            pod_group: adapter.pod_group(&view),
             deleting: metadata.deletion_timestamp.is_some(),
             created_ms: metadata
                 .creation_timestamp
@@ -125,6 +129,11 @@ pub struct PodRecord {
     pub scheduled: bool,
     /// `PodScheduled=False` with reason `Unschedulable`: the message.
     pub unschedulable: Option<String>,
+    /// Not Succeeded or Failed: it uses what it requests (also while it
+    /// runs out its grace period after a deletion).
+    pub alive: bool,
+    /// Its group label (one of `POD_GROUP_LABELS`) and value.
+    pub group: Option<(&'static str, String)>,
 }
 
 impl PodRecord {
@@ -149,6 +158,16 @@ impl PodRecord {
             unschedulable: scheduled
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
                 .map(|c| c.message.clone().unwrap_or_else(|| "unschedulable".into())),
+            alive: !matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            ),
+            group: pod.labels().iter().find_map(|(k, v)| {
+                jobs::POD_GROUP_LABELS
+                    .iter()
+                    .find(|l| **l == k.as_str())
+                    .map(|l| (*l, v.clone()))
+            }),
         })
     }
 }

@@ -15,6 +15,8 @@ pub(super) struct UnitView<'a> {
     pub queue: Option<&'a QueueRecord>,
     /// The job's pods (strict dequeue counts the bound ones).
     pub pods: Option<&'a HashMap<String, PodRecord>>,
+    /// A pod of the job (its own or its group's) still runs.
+    pub pods_alive: bool,
     /// A held job of this unit means it was suspended again (rather than
     /// that this process's release has not reached it yet).
     pub suspended_again: bool,
@@ -154,6 +156,10 @@ fn holding_outcome(
 ) -> Option<Intent> {
     let (k, rec) = (v.key, v.rec);
     if finished(job.state) {
+        if v.pods_alive {
+            // Its quota is freed with its last pod (see `pods.rs`).
+            return None;
+        }
         let (phase, text) = match job.state {
             JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
             _ => (QueueUnitPhase::Failed, "job failed"),
@@ -426,8 +432,13 @@ pub(super) fn finished(state: JobState) -> bool {
     matches!(state, JobState::Succeeded | JobState::Failed)
 }
 
-/// Where unit `rec` belongs in the core given its job.
-pub(super) fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> Membership {
+/// Where unit `rec` belongs in the core given its job and whether a pod of
+/// the job still runs.
+pub(super) fn desired_membership(
+    rec: &UnitRecord,
+    job: Option<&JobRecord>,
+    pods_alive: bool,
+) -> Membership {
     if rec.deleting || rec.invalid.is_some() {
         return Membership::Absent;
     }
@@ -442,10 +453,10 @@ pub(super) fn desired_membership(rec: &UnitRecord, job: Option<&JobRecord>) -> M
             Some(j) if !j.held && !finished(j.state) && !j.deleting => Membership::Holding,
             _ => Membership::Absent,
         },
-        // A finished job's pods are done: its quota is free even before the
-        // unit's Succeed/Failed phase is written.
+        // A finished job whose pods are done: its quota is free even before
+        // the unit's Succeed/Failed phase is written.
         Some(p) if p.holds_quota() => match job {
-            Some(j) if finished(j.state) => Membership::Absent,
+            Some(j) if finished(j.state) && !pods_alive => Membership::Absent,
             _ => Membership::Holding,
         },
         _ => Membership::Absent,

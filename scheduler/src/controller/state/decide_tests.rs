@@ -49,6 +49,7 @@ fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> S
         job,
         queue: None,
         pods: None,
+        pods_alive: false,
         suspended_again,
         strict_default: None,
         now_ms: NOW_MS,
@@ -220,6 +221,12 @@ fn an_adopted_unit_left_waiting_is_enqueued_after_the_cycle() {
 fn a_sent_back_unit_whose_job_still_runs_keeps_holding_until_it_is_held() {
     let rec = unit(json!({ "phase": "TimeoutBackoff" }));
     let running = json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" });
-    assert_eq!(desired_membership(&rec, Some(&job(false, running))), Membership::Holding);
-    assert_eq!(desired_membership(&rec, Some(&job(true, json!({})))), Membership::Absent);
+    assert_eq!(
+        desired_membership(&rec, Some(&job(false, running)), false),
+        Membership::Holding
+    );
+    assert_eq!(
+        desired_membership(&rec, Some(&job(true, json!({}))), false),
+        Membership::Absent
+    );
 }

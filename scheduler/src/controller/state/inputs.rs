@@ -57,7 +57,8 @@ impl Controller {
             Change::Deleted(ns, name) => {
                 let k = key(&ns, &name);
                 if let Some(st) = self.units.remove(&k) {
-                    if st.member != Membership::Absent {
+                    // Its quota goes with its pods, not with the object.
+                    if st.member != Membership::Absent && !self.linger(&k, &st.rec) {
                         self.core.remove_unit(&k);
                         self.request_cycle();
                     }
@@ -104,7 +105,9 @@ impl Controller {
         match change {
             Change::Applied(rec) => {
                 let unit = rec.unit.clone();
-                self.jobs.insert(rec.key(), *rec);
+                let job_key = rec.key();
+                self.index_job(&job_key, Some(&rec));
+                self.jobs.insert(job_key, *rec);
                 if self.units.contains_key(&unit) {
                     self.reconcile(&unit);
                 }
@@ -113,6 +116,7 @@ impl Controller {
                 let job_key = JobKey::new(kind, &ns, &name);
                 self.unit_gone.remove(&job_key);
                 self.missing_unit_since.remove(&job_key);
+                self.index_job(&job_key, None);
                 if let Some(rec) = self.jobs.remove(&job_key) {
                     let unit = rec.unit.clone();
                     if self.units.contains_key(&unit) {
@@ -170,51 +174,6 @@ impl Controller {
         }
         if self.recompute_capacity() {
             self.request_cycle();
-        }
-    }
-
-    pub(super) fn on_pod(&mut self, change: Change<Box<PodRecord>>) {
-        let owner = match change {
-            Change::Applied(pod) => {
-                let owner = pod.owner_uid.clone();
-                let pods = self.pods.entry(owner.clone()).or_default();
-                if pods.get(&pod.name) == Some(&*pod) {
-                    return;
-                }
-                pods.insert(pod.name.clone(), *pod);
-                owner
-            }
-            Change::Deleted(_, name) => {
-                let Some(owner) = self
-                    .pods
-                    .iter()
-                    .find(|(_, p)| p.contains_key(&name))
-                    .map(|(o, _)| o.clone())
-                else {
-                    return;
-                };
-                if let Some(pods) = self.pods.get_mut(&owner) {
-                    pods.remove(&name);
-                    if pods.is_empty() {
-                        self.pods.remove(&owner);
-                    }
-                }
-                owner
-            }
-            Change::Relisted(listed) => return self.pods_relisted(&listed),
-            Change::Failing(why) => return self.source_failing("pods", why),
-            Change::Synced | Change::Absent => return self.source_done("pods"),
-        };
-        // Only the strict-dequeue units of that job care.
-        if let Some(job) = self.jobs.values().find(|j| j.uid == owner) {
-            let unit = job.unit.clone();
-            if self
-                .units
-                .get(&unit)
-                .is_some_and(|u| u.rec.phase == Some(QueueUnitPhase::SchedReady))
-            {
-                self.reconcile(&unit);
-            }
         }
     }
 

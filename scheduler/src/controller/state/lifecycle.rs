@@ -35,7 +35,8 @@ impl Controller {
             self.set_membership(k, desired);
             return;
         }
-        let desired = desired_membership(&st.rec, job);
+        let pods_alive = job.is_some_and(|j| pods_alive(&self.pods, &self.pod_groups, j));
+        let desired = desired_membership(&st.rec, job, pods_alive);
         self.set_membership(k, desired);
         if self.synced() && self.leads() {
             self.lifecycle(k);
@@ -108,6 +109,7 @@ impl Controller {
             job,
             queue: self.queues.get(queue_of(&st.rec)),
             pods: job.and_then(|j| self.pods.get(&j.uid)),
+            pods_alive: job.is_some_and(|j| self.pods_alive(j)),
             suspended_again: st.held_job_was_suspended_again(),
             strict_default: self.settings.strict_default,
             now_ms: now_ms(),

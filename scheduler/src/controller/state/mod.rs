@@ -6,10 +6,12 @@ mod decide;
 mod failing;
 mod inputs;
 mod lifecycle;
+mod pods;
 
 use decide::*;
 use failing::*;
 use lifecycle::*;
+use pods::*;
 mod quotas;
 mod release;
 mod relist;
@@ -276,6 +278,13 @@ pub struct Controller {
     jitter_salt: u64,
     /// Job kinds whose API fails now (see `failing.rs`).
     failing_kinds: HashSet<&'static str>,
+    /// Jobs by uid and by pod group (see `pods.rs`).
+    jobs_by_uid: HashMap<String, JobKey>,
+    jobs_by_group: HashMap<PodGroup, JobKey>,
+    /// Running pods per pod group.
+    pod_groups: HashMap<PodGroup, usize>,
+    /// Deleted units whose job's pods still run (see `pods.rs`).
+    lingering: Vec<Lingering>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -333,6 +342,10 @@ impl Controller {
             timed: HashSet::new(),
             pods: HashMap::new(),
             failing_kinds: HashSet::new(),
+            jobs_by_uid: HashMap::new(),
+            jobs_by_group: HashMap::new(),
+            pod_groups: HashMap::new(),
+            lingering: Vec::new(),
             jitter_salt: {
                 use std::hash::BuildHasher;
                 std::collections::hash_map::RandomState::new().hash_one(std::process::id())

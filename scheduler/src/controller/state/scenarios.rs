@@ -516,3 +516,105 @@ fn a_unit_of_a_failing_kind_is_kept_as_it_is_until_the_kind_works() {
     assert_eq!(summary(&s.take()), vec!["delete_unit"]);
     assert!(s.controller.readiness.degraded().is_empty());
 }
+
+fn pod(name: &str, alive: bool) -> Input {
+    Input::Pod(Change::Applied(Box::new(PodRecord {
+        namespace: "ns".into(),
+        name: name.into(),
+        owner_uid: "uid-j".into(),
+        scheduled: true,
+        unschedulable: None,
+        alive,
+        group: None,
+    })))
+}
+
+/// Quota is freed when a job's pods are gone, not when the job says it is
+/// done or its objects go: a pod that still runs (out its grace period, or
+/// past a success the job reported first) keeps the unit's quota.
+#[test]
+fn quota_is_freed_with_the_last_running_pod() {
+    let used = |s: &Scenario| s.controller.core.cluster_used().get("cpu");
+    // A job that succeeded while one of its pods still runs.
+    let mut s = Scenario::new(json!({}));
+    s.input(pod("p1", true));
+    s.job(
+        false,
+        json!({ "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
+    s.unit(
+        json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
+            "resources": { "cpu": "2" } }] }),
+        true,
+    );
+    assert_eq!(
+        summary(&s.take()),
+        Vec::<String>::new(),
+        "waits for its pod"
+    );
+    assert_eq!(used(&s), 2000);
+    s.input(pod("p1", false));
+    assert_eq!(summary(&s.take()), vec!["Phase Succeed"]);
+    assert_eq!(used(&s), 0);
+
+    // A running job whose unit is deleted (the job too) while its pod runs
+    // out its grace period: the quota lingers until the pod is gone.
+    let mut s = Scenario::new(json!({}));
+    s.input(pod("p1", true));
+    s.job(false, json!({ "active": 1 }));
+    s.unit(
+        json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
+            "resources": { "cpu": "2" } }] }),
+        true,
+    );
+    s.take();
+    s.input(Input::Job("Job", Change::Deleted("ns".into(), "j".into())));
+    s.input(Input::Unit(Change::Deleted("ns".into(), "u".into())));
+    assert_eq!(used(&s), 2000, "the pod still runs");
+    s.input(Input::Pod(Change::Deleted("ns".into(), "p1".into())));
+    assert_eq!(used(&s), 0, "freed with the pod");
+}
+
+/// A job whose pods belong to another object (a RayJob's RayCluster, found
+/// by its `ray.io/cluster` label) keeps its quota after it succeeds while
+/// that cluster's pods run.
+#[test]
+fn a_succeeded_job_keeps_its_quota_while_its_pod_group_runs() {
+    let used = |s: &Scenario| s.controller.core.cluster_used().get("cpu");
+    let mut s = Scenario::new(json!({}));
+    let head = |alive| {
+        Input::Pod(Change::Applied(Box::new(PodRecord {
+            namespace: "ns".into(),
+            name: "c1-head".into(),
+            owner_uid: "uid-cluster".into(),
+            scheduled: true,
+            unschedulable: None,
+            alive,
+            group: Some(("ray.io/cluster", "c1".into())),
+        })))
+    };
+    s.input(head(true));
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "j", "namespace": "ns", "uid": "uid-j",
+                      "creationTimestamp": "2026-01-01T00:00:00Z",
+                      "annotations": { keys::QUEUE_UNIT_ANNOTATION: "u" } },
+        "spec": { "suspend": false },
+        "status": { "conditions": [{ "type": "Complete", "status": "True" }] },
+    });
+    let adapter = koord_queue_api::jobs::for_kind("batch", "Job").unwrap();
+    let mut record =
+        JobRecord::from_object(adapter, WatchedJob::from_value(&job).unwrap()).unwrap();
+    record.pod_group = Some(("ray.io/cluster", "c1".into()));
+    s.input(Input::Job("Job", Change::Applied(Box::new(record))));
+    s.unit(
+        json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
+            "resources": { "cpu": "2" } }] }),
+        true,
+    );
+    assert_eq!(summary(&s.take()), Vec::<String>::new());
+    assert_eq!(used(&s), 2000, "the cluster still runs");
+    s.input(head(false));
+    assert_eq!(summary(&s.take()), vec!["Phase Succeed"]);
+    assert_eq!(used(&s), 0);
+}

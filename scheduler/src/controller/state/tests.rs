@@ -165,11 +165,12 @@ fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() 
         state: JobState::Pending,
         deleting: false,
         created_ms: 0,
+        pod_group: None,
     };
     // Not adopted yet: never schedulable.
     assert_eq!(effective_phase(&st.rec, Some(&job("uid-1", true))), None);
     assert_eq!(
-        desired_membership(&st.rec, Some(&job("uid-1", true))),
+        desired_membership(&st.rec, Some(&job("uid-1", true)), false),
         Membership::Absent
     );
     // Adopted (owner reference to this job): waits as Enqueued.
@@ -179,7 +180,7 @@ fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() 
         Some(QueueUnitPhase::Enqueued)
     );
     assert_eq!(
-        desired_membership(&st.rec, Some(&job("uid-1", true))),
+        desired_membership(&st.rec, Some(&job("uid-1", true)), false),
         Membership::Waiting
     );
     // A job re-created under the same name is another job.
@@ -187,7 +188,7 @@ fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() 
     assert_eq!(effective_phase(&st.rec, None), None);
     // A released job does not wait (it is held again, see `lifecycle`).
     assert_eq!(
-        desired_membership(&st.rec, Some(&job("uid-1", false))),
+        desired_membership(&st.rec, Some(&job("uid-1", false)), false),
         Membership::Absent
     );
 }
