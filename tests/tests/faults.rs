@@ -312,3 +312,68 @@ async fn a_stale_leaders_release_fails_at_the_api_server() {
     );
     leader.stop().await.unwrap();
 }
+
+/// A released job's unit deleted while no scheduler runs is found at
+/// startup: the job is held again (it would run unqueued), its quota is not
+/// counted, and an Event on the job says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_deleted_while_no_scheduler_runs_is_found_at_startup() {
+    use k8s_openapi::api::events::v1::Event;
+    let cp = shared::own(Tier::One).await.unwrap();
+    let _webhook = webhook::start_and_register(&cp).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    create_quota_serving(&client, "fs", None, false, ("2", "2"), None, &[ns.as_str()])
+        .await
+        .unwrap();
+    let first = scheduler::start_leader(&cp, scheduler::test_args("faults-startup"))
+        .await
+        .unwrap();
+    kubectl_create_job(&cp, &ns, &job_yaml("a", "fs", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "a", &[Dequeued, Running], LONG)
+        .await
+        .unwrap();
+    fixtures::eventually(Duration::from_secs(15), || async {
+        Ok(!e2e::job_suspended(&client, &ns, "a").await?)
+    })
+    .await
+    .expect("a is released");
+    first.kill().await.unwrap();
+
+    // No scheduler: the unit goes.
+    let unit = e2e::unit_of_job(&client, &ns, "a")
+        .await
+        .unwrap()
+        .and_then(|u| u.metadata.name)
+        .expect("a has its unit");
+    Api::<QueueUnit>::namespaced(client.clone(), &ns)
+        .delete(&unit, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let second = scheduler::start_leader(&cp, scheduler::test_args("faults-startup"))
+        .await
+        .unwrap();
+    fixtures::eventually(Duration::from_secs(30), || async {
+        e2e::job_suspended(&client, &ns, "a").await
+    })
+    .await
+    .expect("the job without its unit is held again");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    fixtures::eventually(Duration::from_secs(15), || async {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("QueueUnitMissing")))
+    })
+    .await
+    .expect("an Event says the unit is missing");
+    metrics::wait_scheduler_quota_used(second.admin_addr, "fs", "cpu", 0.0, LONG)
+        .await
+        .unwrap();
+    second.stop().await.unwrap();
+}
