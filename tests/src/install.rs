@@ -24,7 +24,9 @@ use crate::tools::{self, Tool};
 pub const RELEASE: &str = "koord-queue";
 
 /// Every job kind, by its extension key.
-pub const ALL_KINDS: [&str; 7] = ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"];
+pub const ALL_KINDS: [&str; 8] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+];
 
 /// The chart's directory in this repository.
 pub fn chart_dir() -> PathBuf {

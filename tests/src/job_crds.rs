@@ -142,6 +142,7 @@ pub const UPSTREAM_JOB_CRDS: &[&str] = &[
     "ray.io_rayclusters.yaml",
     "sparkoperator.k8s.io_sparkapplications.yaml",
     "argoproj.io_workflows.full.yaml",
+    "jobset.x-k8s.io_jobsets.yaml",
 ];
 
 /// The real upstream CRDs named `files` (in `tests/upstream-crds/`).

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use koord_queue_api::{ElasticQuota, QueueUnit, keys};
+use koord_queue_api::{ElasticQuota, QueueUnit, ResourceListExt as _, Resources, keys};
 use koord_queue_tests::{
     ControlPlane, e2e, fixtures, job_crds, scheduler, shared, tenant, webhook,
 };
@@ -102,6 +102,7 @@ fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
         "RayCluster" => ("ray.io", "v1", "rayclusters"),
         "SparkApplication" => ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
         "Workflow" => ("argoproj.io", "v1alpha1", "workflows"),
+        "JobSet" => ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
         other => panic!("no kind {other}"),
     };
     let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -504,6 +505,11 @@ async fn no_kind_grows_through_any_of_its_size_fields() {
             json!([{ "op": "replace", "path": "/spec/executor/instances", "value": 8 }]),
         ),
         (
+            "JobSet",
+            jobset("js", "kinds-q", 1),
+            json!([{ "op": "replace", "path": "/spec/replicatedJobs/1/replicas", "value": 4 }]),
+        ),
+        (
             "Workflow",
             workflow("wf", "kinds-q", Some(r#"{"cpu":"1"}"#)),
             json!([{ "op": "replace", "path": "/metadata/annotations/koord-queue~1min-resources",
@@ -559,6 +565,79 @@ async fn no_kind_grows_through_any_of_its_size_fields() {
         message.contains("cannot be scaled from 1 to 6"),
         "{message}"
     );
+}
+
+/// A JobSet: a leader Job of one pod and `workers` worker Jobs of two
+/// pods each (100m and 500m CPU a pod).
+fn jobset(name: &str, quota: &str, workers: i32) -> Value {
+    let job = |pods: i32, cpu: &str| json!({ "spec": { "parallelism": pods, "completions": pods, "template": template(cpu) } });
+    json!({ "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": { "name": name, "labels": { keys::QUOTA_NAME_LABEL: quota } },
+            "spec": { "replicatedJobs": [
+                { "name": "leader", "replicas": 1, "template": job(1, "100m") },
+                { "name": "workers", "replicas": workers, "template": job(2, "500m") } ] } })
+}
+
+/// A JobSet is held at creation with its whole size (every replicated Job's
+/// Jobs' pods), cannot be unsuspended by its tenant, is released within
+/// quota, and the Jobs its controller creates pass as its children — within
+/// one Job's share, only while it holds quota.
+#[tokio::test]
+async fn a_jobset_is_queued_whole_and_its_jobs_pass_as_its_children() {
+    let cp = setup().await;
+    let ns = "tenant-jobset";
+    quota(cp, "jobset-q", ns, "3", &[]).await;
+    let client = tenant(cp, ns, None).await;
+    let jobsets = api(&client, ns, "JobSet");
+    let js = create(&jobsets, jobset("js", "jobset-q", 2)).await.unwrap();
+    assert!(held(&js), "{js}");
+    let unit = unit_of(cp, ns, &js).await;
+    let cpu = Resources::from_list(&unit.spec.resource)
+        .unwrap()
+        .get("cpu");
+    assert_eq!(cpu, 100 + 2 * 2 * 500, "leader + 2 worker Jobs of 2 pods");
+    let message = refusal(
+        merge(&jobsets, "js", json!({ "spec": { "suspend": false } })).await,
+        "kubectl patch jobset js -p '{\"spec\":{\"suspend\":false}}'",
+    );
+    assert!(message.contains("only the scheduler"), "{message}");
+    released(cp, ns, &js).await;
+    let uid = js["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // The JobSet controller's Jobs: <jobset>-<replicatedJob>-<index>.
+    let jobs = api(&client, ns, "Job");
+    let owned = |name: &str, pods: i32, cpu: &str| {
+        let mut job = batch_job(name, None, pods, cpu);
+        job["spec"]["completions"] = json!(pods);
+        job["metadata"]["ownerReferences"] = json!([{ "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet", "name": "js", "uid": uid, "controller": true }]);
+        job
+    };
+    for name in ["js-leader-0", "js-workers-0", "js-workers-1"] {
+        let pods = if name == "js-leader-0" { 1 } else { 2 };
+        let cpu = if name == "js-leader-0" {
+            "100m"
+        } else {
+            "500m"
+        };
+        let stored = create(&jobs, owned(name, pods, cpu)).await.unwrap();
+        assert!(
+            queue_unit_name(&stored).is_none(),
+            "{name} is not queued twice: {stored}"
+        );
+        assert!(!held(&stored), "{name} runs with its JobSet");
+    }
+    // A Job bigger than its share, or one the JobSet does not create, is
+    // queued on its own.
+    for (name, pods) in [("js-workers-2", 2), ("js-leader-1", 1)] {
+        let mut extra = owned(name, pods, "500m");
+        extra["metadata"]["labels"] = json!({ keys::QUOTA_NAME_LABEL: "jobset-q" });
+        let stored = create(&jobs, extra).await.unwrap();
+        assert!(
+            held(&stored) && queue_unit_name(&stored).is_some(),
+            "{name}: {stored}"
+        );
+    }
 }
 
 fn spark(name: &str, quota: &str) -> Value {

@@ -14,6 +14,7 @@ use crate::resources::{QuantityError, Resources};
 pub mod argo;
 pub mod batch_job;
 pub mod guard;
+pub mod jobset;
 pub mod json;
 pub mod kubeflow;
 pub mod pod_request;

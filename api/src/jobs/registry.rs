@@ -3,11 +3,12 @@
 use super::JobAdapter;
 use super::argo::WorkflowAdapter;
 use super::batch_job::BatchJobAdapter;
+use super::jobset::JobSetAdapter;
 use super::kubeflow::{MPI_JOB, PYTORCH_JOB, TF_JOB};
 use super::ray::{RayClusterAdapter, RayJobAdapter};
 use super::spark::SparkApplicationAdapter;
 
-static ALL: [&dyn JobAdapter; 8] = [
+static ALL: [&dyn JobAdapter; 9] = [
     &BatchJobAdapter,
     &TF_JOB,
     &PYTORCH_JOB,
@@ -16,10 +17,13 @@ static ALL: [&dyn JobAdapter; 8] = [
     &RayClusterAdapter,
     &SparkApplicationAdapter,
     &WorkflowAdapter,
+    &JobSetAdapter,
 ];
 
 /// Extension keys (chart values `extension.<key>.enable`), in chart order.
-const EXTENSIONS: [&str; 7] = ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"];
+const EXTENSIONS: [&str; 8] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+];
 
 /// The adapters of every supported kind.
 pub fn all() -> &'static [&'static dyn JobAdapter] {
@@ -68,19 +72,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn eight_kinds_with_unique_identities() {
-        assert_eq!(all().len(), 8);
+    fn every_kind_has_a_unique_identity() {
+        let n = all().len();
+        assert_eq!(n, 9);
         let mut kinds: Vec<_> = all()
             .iter()
             .map(|a| (a.kind().group, a.kind().kind))
             .collect();
         kinds.sort();
         kinds.dedup();
-        assert_eq!(kinds.len(), 8);
+        assert_eq!(kinds.len(), n);
         let mut plurals: Vec<_> = all().iter().map(|a| a.kind().plural).collect();
         plurals.sort();
         plurals.dedup();
-        assert_eq!(plurals.len(), 8);
+        assert_eq!(plurals.len(), n);
     }
 
     #[test]

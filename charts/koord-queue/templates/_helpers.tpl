@@ -111,19 +111,23 @@ argo:
   group: argoproj.io
   version: v1alpha1
   resources: [workflows]
+jobset:
+  group: jobset.x-k8s.io
+  version: v1alpha2
+  resources: [jobsets]
 {{- end }}
 
 {{/* The enabled extension keys in a fixed order, comma-separated; fails when none is. */}}
 {{- define "koord-queue.enabledKinds" -}}
 {{- $enabled := list }}
-{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" }}
+{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" }}
 {{- $ext := index $.Values.extension $key }}
 {{- if and $ext $ext.enable }}
 {{- $enabled = append $enabled $key }}
 {{- end }}
 {{- end }}
 {{- if not $enabled }}
-{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo>.enable=true" }}
+{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset>.enable=true" }}
 {{- end }}
 {{- join "," $enabled }}
 {{- end }}

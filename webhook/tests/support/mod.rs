@@ -205,10 +205,12 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
     );
     Arc::new(Webhook {
         policy: Policy {
-            enabled_kinds: ["batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<BTreeSet<_>>(),
+            enabled_kinds: [
+                "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<BTreeSet<_>>(),
             default_queue: None,
             scheduler_user: SCHEDULER.into(),
             scheduler_groups: vec![],
