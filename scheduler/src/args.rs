@@ -29,7 +29,7 @@ pub struct Args {
         long,
         env = "KQ_SCHEDULER_ENABLED_KINDS",
         value_delimiter = ',',
-        default_value = "batchjob,tf,pytorch,mpi,ray,spark,argo,jobset"
+        default_value = "batchjob,tf,pytorch,mpi,ray,spark,argo,jobset,trainjob"
     )]
     pub enabled_kinds: Vec<String>,
 

@@ -24,8 +24,8 @@ use crate::tools::{self, Tool};
 pub const RELEASE: &str = "koord-queue";
 
 /// Every job kind, by its extension key.
-pub const ALL_KINDS: [&str; 8] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+pub const ALL_KINDS: [&str; 9] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob",
 ];
 
 /// The chart's directory in this repository.

@@ -143,6 +143,9 @@ pub const UPSTREAM_JOB_CRDS: &[&str] = &[
     "sparkoperator.k8s.io_sparkapplications.yaml",
     "argoproj.io_workflows.full.yaml",
     "jobset.x-k8s.io_jobsets.yaml",
+    "trainer.kubeflow.org_trainjobs.yaml",
+    "trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer.kubeflow.org_clustertrainingruntimes.yaml",
 ];
 
 /// The real upstream CRDs named `files` (in `tests/upstream-crds/`).

@@ -27,6 +27,7 @@ fn rules() -> serde_json::Value {
         { "apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"], "verbs": ["*"] },
         { "apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["*"] },
         { "apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["*"] },
+        { "apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["*"] },
         { "apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "watch"] },
         { "apiGroups": [keys::GROUP], "resources": ["queueunits"], "verbs": ["get", "list", "watch"] },

@@ -103,6 +103,7 @@ fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
         "SparkApplication" => ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
         "Workflow" => ("argoproj.io", "v1alpha1", "workflows"),
         "JobSet" => ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        "TrainJob" => ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
         other => panic!("no kind {other}"),
     };
     let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -588,6 +589,12 @@ async fn a_jobset_is_queued_whole_and_its_jobs_pass_as_its_children() {
     let ns = "tenant-jobset";
     quota(cp, "jobset-q", ns, "3", &[]).await;
     let client = tenant(cp, ns, None).await;
+    // Fill the quota so the JobSet waits.
+    let jobs = api(&client, ns, "Job");
+    let blocker = create(&jobs, batch_job("blocker", Some("jobset-q"), 1, "1"))
+        .await
+        .unwrap();
+    released(cp, ns, &blocker).await;
     let jobsets = api(&client, ns, "JobSet");
     let js = create(&jobsets, jobset("js", "jobset-q", 2)).await.unwrap();
     assert!(held(&js), "{js}");
@@ -601,6 +608,9 @@ async fn a_jobset_is_queued_whole_and_its_jobs_pass_as_its_children() {
         "kubectl patch jobset js -p '{\"spec\":{\"suspend\":false}}'",
     );
     assert!(message.contains("only the scheduler"), "{message}");
+    jobs.delete("blocker", &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
     released(cp, ns, &js).await;
     let uid = js["metadata"]["uid"].as_str().unwrap().to_string();
 
@@ -638,6 +648,118 @@ async fn a_jobset_is_queued_whole_and_its_jobs_pass_as_its_children() {
             "{name}: {stored}"
         );
     }
+}
+
+/// A TrainJob of runtime `runtime` with `nodes` trainer nodes.
+fn trainjob(name: &str, quota: &str, runtime: &str, nodes: i32) -> Value {
+    json!({ "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": { "name": name, "labels": { keys::QUOTA_NAME_LABEL: quota } },
+            "spec": { "runtimeRef": { "name": runtime }, "trainer": { "numNodes": nodes } } })
+}
+
+/// A TrainJob is sized from its runtime as the Trainer controller builds
+/// its JobSet (the runtime's replicated Jobs, the TrainJob's numNodes),
+/// refused when its runtime does not exist, held, kept from growing, and
+/// released; the JobSet the Trainer creates passes as its child.
+#[tokio::test]
+async fn a_trainjob_is_sized_from_its_runtime_and_its_jobset_passes_as_its_child() {
+    let cp = setup().await;
+    let ns = "tenant-trainjob";
+    quota(cp, "trainjob-q", ns, "3", &[]).await;
+    let admin = cp.client().await.unwrap();
+    let mut node = template("500m");
+    node["spec"]["containers"][0]["name"] = json!("node");
+    let runtime: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": { "name": "torch-kq" },
+        "spec": {
+            "mlPolicy": { "numNodes": 2, "torch": { "numProcPerNode": "auto" } },
+            "template": { "spec": { "replicatedJobs": [
+                { "name": "dataset-initializer", "template": {
+                    "metadata": { "labels": { "trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer" } },
+                    "spec": { "template": template("100m") } } },
+                { "name": "node", "template": {
+                    "metadata": { "labels": { "trainer.kubeflow.org/trainjob-ancestor-step": "trainer" } },
+                    "spec": { "template": node } } } ] } },
+        },
+    }))
+    .unwrap();
+    let gvk = GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime");
+    Api::<DynamicObject>::all_with(
+        admin,
+        &ApiResource::from_gvk_with_plural(&gvk, "clustertrainingruntimes"),
+    )
+    .create(&PostParams::default(), &runtime)
+    .await
+    .unwrap();
+
+    let client = tenant(cp, ns, None).await;
+    // Fill the quota so the TrainJob waits.
+    let jobs = api(&client, ns, "Job");
+    let blocker = create(&jobs, batch_job("blocker", Some("trainjob-q"), 1, "2"))
+        .await
+        .unwrap();
+    released(cp, ns, &blocker).await;
+    let trainjobs = api(&client, ns, "TrainJob");
+    let message = refusal(
+        create(
+            &trainjobs,
+            trainjob("lost", "trainjob-q", "no-such-runtime", 1),
+        )
+        .await,
+        "a TrainJob of a runtime that does not exist",
+    );
+    assert!(
+        message.contains("ClusterTrainingRuntime no-such-runtime does not exist"),
+        "{message}"
+    );
+    let tj = create(&trainjobs, trainjob("llm", "trainjob-q", "torch-kq", 3))
+        .await
+        .unwrap();
+    assert!(held(&tj), "{tj}");
+    let unit = unit_of(cp, ns, &tj).await;
+    let cpu = Resources::from_list(&unit.spec.resource)
+        .unwrap()
+        .get("cpu");
+    assert_eq!(cpu, 100 + 3 * 500, "the initializer and 3 trainer nodes");
+    let message = refusal(
+        merge(
+            &trainjobs,
+            "llm",
+            json!({ "spec": { "trainer": { "numNodes": 5 } } }),
+        )
+        .await,
+        "grow a TrainJob",
+    );
+    assert!(
+        message.contains("cannot grow (pod set node: 3 → 5 pods)"),
+        "{message}"
+    );
+    let message = refusal(
+        merge(&trainjobs, "llm", json!({ "spec": { "suspend": false } })).await,
+        "unsuspend a TrainJob",
+    );
+    assert!(message.contains("only the scheduler"), "{message}");
+    jobs.delete("blocker", &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
+    released(cp, ns, &tj).await;
+
+    // The JobSet the Trainer controller builds, named as the TrainJob.
+    let uid = tj["metadata"]["uid"].as_str().unwrap().to_string();
+    let mut jobset = jobset("llm", "trainjob-q", 0);
+    jobset["metadata"]["labels"] = json!({});
+    jobset["metadata"]["ownerReferences"] = json!([{ "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob", "name": "llm", "uid": uid, "controller": true }]);
+    jobset["spec"]["replicatedJobs"] = json!([
+        { "name": "dataset-initializer", "replicas": 1, "template": { "spec": { "template": template("100m") } } },
+        { "name": "node", "replicas": 1, "template": { "spec": {
+            "parallelism": 3, "completions": 3, "template": template("500m") } } } ]);
+    let stored = create(&api(&client, ns, "JobSet"), jobset).await.unwrap();
+    assert!(
+        queue_unit_name(&stored).is_none(),
+        "not queued twice: {stored}"
+    );
 }
 
 fn spark(name: &str, quota: &str) -> Value {

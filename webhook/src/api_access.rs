@@ -38,7 +38,8 @@ pub trait ApiAccess: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<QueueUnit>, kube::Error>>;
-    /// Reads a job (or a job's owner) of `kind` as JSON.
+    /// Reads a job (or a job's owner, or what a job's size depends on) of
+    /// `kind` as JSON; `namespace` empty for a cluster-scoped kind.
     fn get_job<'a>(
         &'a self,
         kind: &'static JobKind,
@@ -131,8 +132,12 @@ impl ApiAccess for KubeApi {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind));
+        // An empty namespace reads a cluster-scoped object.
+        let api: Api<DynamicObject> = if namespace.is_empty() {
+            Api::all_with(self.client.clone(), &api_resource(kind))
+        } else {
+            Api::namespaced_with(self.client.clone(), namespace, &api_resource(kind))
+        };
         Box::pin(async move {
             // A quorum read: the API server's cache lags the create by more
             // than the answer's linger under load (measured: 28,507 of

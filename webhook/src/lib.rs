@@ -16,6 +16,7 @@ mod ownership;
 mod policy;
 mod server;
 mod service;
+mod size_inputs;
 mod stored_unit;
 mod unit_creator;
 mod update;

@@ -108,7 +108,7 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
             "{} {}/{}",
             owner_kind.kind, claim.namespace, claim.owner.name
         );
-        let owner = match api
+        let mut owner = match api
             .get_job(owner_kind, &claim.namespace, &claim.owner.name)
             .await
         {
@@ -116,6 +116,18 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
             Ok(None) => return refuted(format!("its owner {what} does not exist")),
             Err(e) => return Err(NotProven::Unverifiable(e)),
         };
+        // Its budget may depend on its runtime (a TrainJob's JobSet).
+        match crate::size_inputs::attach(api, claim.owner.adapter, &claim.namespace, &mut owner)
+            .await
+        {
+            Ok(()) => {}
+            Err(crate::size_inputs::Missing::Refused(reason)) => {
+                return refuted(format!("{what}: {reason}"));
+            }
+            Err(crate::size_inputs::Missing::Unreadable(reason)) => {
+                return Err(NotProven::Unverifiable(kube::Error::Service(reason.into())));
+            }
+        }
         let uid = json::get_path(&owner, &["metadata", "uid"]).and_then(Value::as_str);
         if uid != Some(claim.owner.uid.as_str()) {
             return refuted(format!(

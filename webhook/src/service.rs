@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use koord_queue_api::{QueueUnit, keys};
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 use tracing::{Instrument, field};
 
@@ -213,6 +213,11 @@ impl Webhook {
                 "error",
             );
         }
+        let sized = match self.sized_objects(request, objects).await {
+            Ok(sized) => sized,
+            Err(message) => return (allow.deny(message), "denied"),
+        };
+        let objects = sized.as_ref().unwrap_or(objects);
         let fresh = self.fresh_view(request, objects).await;
         let verdict = match &fresh {
             Some(view) => admit::decide(request, objects, view, &self.policy),
@@ -250,6 +255,77 @@ impl Webhook {
                 }
             }
             other => self.apply(request, other).await,
+        }
+    }
+
+    /// The request's objects with what their size is computed from attached
+    /// (a TrainJob's runtime, [`crate::size_inputs`]); `None` when the kind
+    /// needs nothing; `Err` is the refusal.
+    async fn sized_objects(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        objects: &RequestObjects,
+    ) -> Result<Option<RequestObjects>, String> {
+        use crate::size_inputs::{self, Missing};
+        let kind = &request.kind;
+        let (Some(adapter), None) = (
+            koord_queue_api::jobs::for_kind(&kind.group, &kind.kind),
+            request.sub_resource.as_deref(),
+        ) else {
+            return Ok(None);
+        };
+        let Some(object) = objects.object.as_ref() else {
+            return Ok(None);
+        };
+        if !self.policy.is_enabled(adapter.kind().extension)
+            || adapter.size_input(object).is_none()
+            || self.policy.is_scheduler(request)
+        {
+            return Ok(None);
+        }
+        let namespace = request.namespace.as_deref().unwrap_or_default();
+        let what = format!("{} {namespace}/{}", kind.kind, request.name);
+        let mut object = object.clone();
+        match (&request.operation, objects.old.as_ref()) {
+            (Operation::Create, _) => {
+                size_inputs::attach(self.api.as_ref(), adapter, namespace, &mut object)
+                    .await
+                    .map_err(|m| match m {
+                        Missing::Refused(m) => format!("{what} cannot be queued: {m}"),
+                        Missing::Unreadable(m) => {
+                            format!("{what} cannot be queued now: {m}; retry")
+                        }
+                    })?;
+                Ok(Some(RequestObjects {
+                    object: Some(object),
+                    old: None,
+                }))
+            }
+            (Operation::Update, Some(old)) => {
+                let mut old = old.clone();
+                match size_inputs::attach(self.api.as_ref(), adapter, namespace, &mut old).await {
+                    Ok(()) => {
+                        size_inputs::attach(self.api.as_ref(), adapter, namespace, &mut object)
+                            .await
+                            .map_err(|m| format!("{what}: {}; retry", m.message()))?;
+                    }
+                    // Its runtime is gone since it was queued: an update that
+                    // leaves its trainer settings alone cannot grow it.
+                    Err(Missing::Refused(m)) => {
+                        if old.pointer("/spec/trainer") != object.pointer("/spec/trainer") {
+                            return Err(format!("{what}: its size cannot be checked: {m}"));
+                        }
+                        size_inputs::attach_none(&mut old);
+                        size_inputs::attach_none(&mut object);
+                    }
+                    Err(Missing::Unreadable(m)) => return Err(format!("{what}: {m}; retry")),
+                }
+                Ok(Some(RequestObjects {
+                    object: Some(object),
+                    old: Some(old),
+                }))
+            }
+            _ => Ok(None),
         }
     }
 
@@ -351,7 +427,7 @@ impl Webhook {
         request: &AdmissionRequest<DynamicObject>,
         objects: &RequestObjects,
     ) -> Option<FreshView<'_>> {
-        if request.operation != kube::core::admission::Operation::Create {
+        if request.operation != Operation::Create {
             return None;
         }
         let mut fresh = FreshView {

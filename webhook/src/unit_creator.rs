@@ -368,7 +368,7 @@ impl Shared {
                 pending.namespace, pending.job
             ),
         };
-        let stored = match self
+        let mut stored = match self
             .api
             .get_job(pending.adapter.kind(), &pending.namespace, &pending.job)
             .await
@@ -382,6 +382,29 @@ impl Shared {
         };
         if jobs::annotation(&stored, keys::QUEUE_UNIT_ANNOTATION) != Some(pending.unit.as_str()) {
             return Attempt::NotNamed;
+        }
+        // Sized like at admission: with its runtime (a TrainJob).
+        match crate::size_inputs::attach(
+            self.api.as_ref(),
+            pending.adapter,
+            &pending.namespace,
+            &mut stored,
+        )
+        .await
+        {
+            Ok(()) => {}
+            Err(missing) => {
+                let retryable = matches!(missing, crate::size_inputs::Missing::Unreadable(_));
+                return Attempt::Failed(CreateError {
+                    retryable,
+                    message: format!(
+                        "cannot queue job {}/{}: {}",
+                        pending.namespace,
+                        pending.job,
+                        missing.message()
+                    ),
+                });
+            }
         }
         let unit = match crate::stored_unit::build(
             pending.adapter,

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod spark;
 #[cfg(test)]
 mod test_support;
+pub mod trainjob;
 pub mod unit;
 pub mod watched;
 
@@ -100,6 +101,32 @@ pub enum AdapterError {
     },
 }
 
+/// An object a job's size is computed from, read by the caller (the
+/// webhook, and the scheduler when it re-creates a unit) and attached with
+/// [`attach_size_input`] before the job's pod sets are asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeInput {
+    /// Its kind (a TrainingRuntime, a ClusterTrainingRuntime).
+    pub kind: &'static JobKind,
+    /// Whether it is in the job's namespace (else cluster-scoped).
+    pub namespaced: bool,
+    /// Its name.
+    pub name: String,
+}
+
+/// Where [`attach_size_input`] puts the object read for a job's size: a
+/// top-level key no API object has. A copy with it attached is only ever
+/// read for sizes; it is never sent to the API server.
+pub const SIZE_INPUT_KEY: &str = "koordQueueSizeInput";
+
+/// `job` with `input` (the object its [`JobAdapter::size_input`] names)
+/// attached, for [`JobAdapter::pod_sets`] and [`JobAdapter::child_budget`].
+pub fn attach_size_input(job: &mut Value, input: Value) {
+    if let Some(object) = job.as_object_mut() {
+        object.insert(SIZE_INPUT_KEY.to_string(), input);
+    }
+}
+
 /// The labels that name a pod's group for [`JobAdapter::pod_group`]: a pod
 /// watcher keeps the value of these and no other label.
 pub const POD_GROUP_LABELS: &[&str] = &["ray.io/cluster"];
@@ -149,6 +176,13 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// job's success; the unit keeps its quota while any of them runs. The
     /// label is one of [`POD_GROUP_LABELS`].
     fn pod_group(&self, _job: &Value) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// The object this job's size is computed from, which the caller must
+    /// read and attach ([`attach_size_input`]) before asking for its pod
+    /// sets: a TrainJob's runtime. `None` for kinds whose size is in the job.
+    fn size_input(&self, _job: &Value) -> Option<Result<SizeInput, AdapterError>> {
         None
     }
 

@@ -7,8 +7,9 @@ use super::jobset::JobSetAdapter;
 use super::kubeflow::{MPI_JOB, PYTORCH_JOB, TF_JOB};
 use super::ray::{RayClusterAdapter, RayJobAdapter};
 use super::spark::SparkApplicationAdapter;
+use super::trainjob::TrainJobAdapter;
 
-static ALL: [&dyn JobAdapter; 9] = [
+static ALL: [&dyn JobAdapter; 10] = [
     &BatchJobAdapter,
     &TF_JOB,
     &PYTORCH_JOB,
@@ -18,11 +19,12 @@ static ALL: [&dyn JobAdapter; 9] = [
     &SparkApplicationAdapter,
     &WorkflowAdapter,
     &JobSetAdapter,
+    &TrainJobAdapter,
 ];
 
 /// Extension keys (chart values `extension.<key>.enable`), in chart order.
-const EXTENSIONS: [&str; 8] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+const EXTENSIONS: [&str; 9] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob",
 ];
 
 /// The adapters of every supported kind.
@@ -74,7 +76,7 @@ mod tests {
     #[test]
     fn every_kind_has_a_unique_identity() {
         let n = all().len();
-        assert_eq!(n, 9);
+        assert_eq!(n, 10);
         let mut kinds: Vec<_> = all()
             .iter()
             .map(|a| (a.kind().group, a.kind().kind))

@@ -115,19 +115,26 @@ jobset:
   group: jobset.x-k8s.io
   version: v1alpha2
   resources: [jobsets]
+trainjob:
+  group: trainer.kubeflow.org
+  version: v1alpha1
+  resources: [trainjobs]
+  # A TrainJob's size is read from its runtime (webhook at admission,
+  # scheduler when it re-creates a unit).
+  reads: [trainingruntimes, clustertrainingruntimes]
 {{- end }}
 
 {{/* The enabled extension keys in a fixed order, comma-separated; fails when none is. */}}
 {{- define "koord-queue.enabledKinds" -}}
 {{- $enabled := list }}
-{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" }}
+{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" "trainjob" }}
 {{- $ext := index $.Values.extension $key }}
 {{- if and $ext $ext.enable }}
 {{- $enabled = append $enabled $key }}
 {{- end }}
 {{- end }}
 {{- if not $enabled }}
-{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset>.enable=true" }}
+{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset|trainjob>.enable=true" }}
 {{- end }}
 {{- join "," $enabled }}
 {{- end }}

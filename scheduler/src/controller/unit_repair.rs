@@ -37,7 +37,7 @@ pub async fn recreate(
     let Some(object) = job.api::<DynamicObject>(client).get_opt(&job.name).await? else {
         return Ok(false);
     };
-    let value = serde_json::to_value(&object).map_err(|e| RepairError::Job(e.to_string()))?;
+    let mut value = serde_json::to_value(&object).map_err(|e| RepairError::Job(e.to_string()))?;
     let same_job = job.uid.is_empty() || object.metadata.uid.as_deref() == Some(&job.uid);
     if !same_job
         || !job.adapter.is_held(&value)
@@ -61,6 +61,7 @@ pub async fn recreate(
             ))
         })?
         .to_string();
+    attach_size_input(client, job, &mut value).await?;
     let (priority_class_name, priority) =
         priority(client, job.adapter.priority_class_name(&value)).await?;
     let unit = jobs::queue_unit(
@@ -106,4 +107,34 @@ async fn priority(
             .map(|pc| (pc.metadata.name, pc.value))
             .map_or((None, 0), |(name, value)| (name, value))),
     }
+}
+
+/// Attaches what the job's size is computed from (a TrainJob's runtime), as
+/// the webhook did at admission.
+async fn attach_size_input(
+    client: &kube::Client,
+    job: &JobRef,
+    value: &mut Value,
+) -> Result<(), RepairError> {
+    let Some(input) = job.adapter.size_input(value) else {
+        return Ok(());
+    };
+    let input = input.map_err(|e| RepairError::Job(e.to_string()))?;
+    let kind = input.kind;
+    let gvk = kube::api::GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, kind.plural);
+    let api: Api<DynamicObject> = if input.namespaced {
+        Api::namespaced_with(client.clone(), &job.namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let Some(object) = api.get_opt(&input.name).await? else {
+        return Err(RepairError::Job(format!(
+            "its runtime {} {} does not exist",
+            kind.kind, input.name
+        )));
+    };
+    let object = serde_json::to_value(object).map_err(|e| RepairError::Job(e.to_string()))?;
+    jobs::attach_size_input(value, object);
+    Ok(())
 }
