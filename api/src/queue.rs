@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use koord_queue_model::QueuePolicy;
+pub use koord_queue_model::{Preemption, PreemptionPolicy, QueuePolicy};
 
 /// How the queue is served.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -58,6 +58,49 @@ pub struct QueueSpec {
     /// suspended again, frees its quota and waits in backoff. Unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_timeout_seconds: Option<i64>,
+    /// Whether a unit that does not fit its own quota's max may preempt
+    /// running units of that quota (they go to TimeoutBackoff with the
+    /// reason `Preempted`). Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<QueuePreemption>,
+}
+
+/// Preemption inside the queue's quota.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePreemption {
+    /// Which running units of the quota may be preempted: `Never` (the
+    /// default), `LowerPriority`, or `LowerOrNewerEqualPriority` (lower
+    /// priority, or equal priority and created after the waiting unit).
+    /// The fewest units that make it fit are taken, lowest priority and most
+    /// recently released first, and none if even all would not.
+    #[serde(default)]
+    pub within_quota: PreemptionPolicy,
+    /// A unit that has held quota for less than this many seconds is not
+    /// preempted (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_run_seconds: Option<i64>,
+    /// At most this many preemptions in the quota per minute (unset: no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_minute: Option<u32>,
+}
+
+impl QueuePreemption {
+    /// Default minimum run time of a preemption victim.
+    pub const DEFAULT_MIN_RUN_SECONDS: i64 = 60;
+
+    /// The core's settings of this preemption policy.
+    pub fn to_model(&self) -> Preemption {
+        Preemption {
+            policy: self.within_quota,
+            min_run_ms: self
+                .min_run_seconds
+                .unwrap_or(Self::DEFAULT_MIN_RUN_SECONDS)
+                .max(0)
+                .saturating_mul(1000),
+            max_per_minute: self.max_per_minute,
+        }
+    }
 }
 
 /// Strict dequeue settings of a queue.

@@ -89,9 +89,13 @@ pub(crate) struct Pass<'a> {
     pub out: &'a mut CycleOutput,
     pub reclaim: &'a mut ReclaimState,
     pub relaxed: &'a mut HashSet<Blocker>,
-    /// The queue being served: its name and whether it reclaims.
+    /// The queue being served: its name, whether it reclaims and how it
+    /// preempts.
     pub queue_name: Arc<str>,
     pub reclaim_on: bool,
+    pub preemption: koord_queue_model::Preemption,
+    /// The controller's clock at the cycle's start (ms since the epoch).
+    pub now_ms: i64,
     /// The quota last recorded as watched for this queue (saves lookups).
     pub watched: Option<QuotaId>,
     /// The running cycle's number (see `UnitEntry::reported`).
@@ -197,6 +201,7 @@ impl Core {
             reclaim,
             relaxed,
             cycle_no,
+            now_ms,
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
@@ -211,7 +216,11 @@ impl Core {
                 u.dirty_in = None;
             }
         }
-        let Some((policy, reclaim_on)) = entry.def.as_ref().map(|d| (d.policy, d.reclaim)) else {
+        let Some((policy, reclaim_on, preemption)) = entry
+            .def
+            .as_ref()
+            .map(|d| (d.policy, d.reclaim, d.preemption))
+        else {
             return;
         };
         if dirty == Dirty::Relaxed
@@ -237,6 +246,8 @@ impl Core {
             relaxed,
             queue_name: Arc::clone(&entry.name),
             reclaim_on,
+            preemption,
+            now_ms: *now_ms,
             watched: None,
             cycle_no: *cycle_no,
         };
@@ -286,7 +297,10 @@ impl Pass<'_> {
     /// by the end-of-cycle flush instead, with its latest reason.
     fn note_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
         if !self.reclaim.plans.is_empty()
-            && !matches!(new, WaitReason::Reclaiming { .. })
+            && !matches!(
+                new,
+                WaitReason::Reclaiming { .. } | WaitReason::Preempting { .. }
+            )
             && self.reclaim.plans.contains_key(&id)
         {
             // It no longer waits for reclaimed resources (e.g. a Block

@@ -52,7 +52,7 @@ pub use plugin::{
 };
 pub use quota_tree::{MinWarning, QuotaFigures};
 pub use reason::{Blocker, Shortfall, WaitReason};
-pub use reclaim::state::{Reclaim, ReclaimInFlight};
+pub use reclaim::state::{Reclaim, ReclaimInFlight, ReclaimKind};
 pub use registry::{PluginFactory, Registry};
 pub use state::ClusterState;
 pub use view::{QueueSummary, UnitStatus, WaitingUnit};

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use koord_queue_model::{QueuePolicy, Resources};
+use koord_queue_model::{Preemption, QueuePolicy, Resources};
 
 /// A queue (a `Queue` object in the system namespace).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,6 +19,9 @@ pub struct QueueDef {
     /// others (architecture §4.4). When off, they wait until the borrowed quota
     /// is freed by itself.
     pub reclaim: bool,
+    /// Whether a waiting unit may preempt running units of its own quota
+    /// (architecture §4.4 rule 4); off by default.
+    pub preemption: Preemption,
 }
 
 impl QueueDef {
@@ -29,6 +32,7 @@ impl QueueDef {
             priority: 0,
             policy: QueuePolicy::Priority,
             reclaim: true,
+            preemption: Preemption::default(),
         }
     }
 
@@ -41,6 +45,12 @@ impl QueueDef {
     /// The same queue with policy `policy`.
     pub fn with_policy(mut self, policy: QueuePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The same queue preempting as `preemption` says.
+    pub fn with_preemption(mut self, preemption: Preemption) -> Self {
+        self.preemption = preemption;
         self
     }
 

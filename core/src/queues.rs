@@ -36,6 +36,7 @@ pub(crate) struct QueueState {
     pub priority: i32,
     pub policy: QueuePolicy,
     pub reclaim: bool,
+    pub preemption: koord_queue_model::Preemption,
     pub order: SortKey,
 }
 

@@ -89,6 +89,15 @@ pub enum WaitReason {
         /// 0 when units reclaimed earlier (for others) free enough for it too.
         victims: usize,
     },
+    /// A unit stopped by its own quota's max preempts lower-priority units
+    /// of that quota (its queue's preemption policy) and is released once
+    /// they have freed what they hold.
+    Preempting {
+        /// The limit, with its figures (counting the victims still).
+        shortfall: Shortfall,
+        /// Victims that have not freed their resources yet.
+        victims: usize,
+    },
     /// A guaranteed unit does not fit because other quotas borrow beyond
     /// their min, but its queue does not reclaim.
     ReclaimOff {
@@ -200,6 +209,7 @@ impl WaitReason {
             Self::QuotaMax { shortfall, .. }
             | Self::Capacity { shortfall, .. }
             | Self::Reclaiming { shortfall, .. }
+            | Self::Preempting { shortfall, .. }
             | Self::ReclaimOff { shortfall, .. }
             | Self::NamespaceQuota { shortfall, .. } => Some(shortfall),
             _ => None,
@@ -308,6 +318,21 @@ impl fmt::Display for WaitReason {
                     n => write!(
                         f,
                         " (within its guaranteed min; waiting for {n} reclaimed units to free {r})"
+                    ),
+                }
+            }
+            Self::Preempting { shortfall, victims } => {
+                Self::write_limit(f, shortfall)?;
+                let r = &shortfall.resource;
+                match victims {
+                    0 => write!(f, " (waiting for preempted units to free {r})"),
+                    1 => write!(
+                        f,
+                        " (preempting 1 lower-priority unit of its quota to free {r})"
+                    ),
+                    n => write!(
+                        f,
+                        " (preempting {n} lower-priority units of its quota to free {r})"
                     ),
                 }
             }

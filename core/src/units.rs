@@ -51,6 +51,8 @@ pub(crate) struct UnitEntry {
     pub quota: Option<QuotaId>,
     pub queue: Option<QueueId>,
     pub priority: i32,
+    /// Creation time (ms), for preemption's "newer" (see `reclaim/preempt.rs`).
+    pub created_ms: i64,
     pub order: SortKey,
     pub request: ResVec,
     pub state: UnitState,

@@ -36,3 +36,29 @@ impl QueuePolicy {
         }
     }
 }
+
+/// Which running units of its own quota a waiting unit may preempt when
+/// that makes it fit (named as Kueue names its `withinClusterQueue`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PreemptionPolicy {
+    /// None: a unit waits for its quota to free up (the default).
+    #[default]
+    Never,
+    /// Units of lower priority.
+    LowerPriority,
+    /// Units of lower priority, and units of equal priority created after
+    /// the waiting unit.
+    LowerOrNewerEqualPriority,
+}
+
+/// How a queue preempts inside its quota.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Preemption {
+    /// Which units may be preempted.
+    pub policy: PreemptionPolicy,
+    /// A unit that has held quota for less than this is not preempted: what
+    /// it did so far would be lost for little.
+    pub min_run_ms: i64,
+    /// At most this many preemptions in the quota per minute (`None`: no cap).
+    pub max_per_minute: Option<u32>,
+}

@@ -156,6 +156,23 @@ pub fn job_yaml_on_nodes(
     job_yaml_with(name, quota, cpu, run_for, &selector)
 }
 
+/// [`job_yaml`] whose pod has PriorityClass `class`.
+pub fn job_yaml_with_priority(
+    name: &str,
+    quota: &str,
+    cpu: &str,
+    run_for: &str,
+    class: &str,
+) -> String {
+    job_yaml_with(
+        name,
+        quota,
+        cpu,
+        run_for,
+        &format!("      priorityClassName: {class}\n"),
+    )
+}
+
 /// [`job_yaml`] with `pod_spec` (YAML lines indented for the pod spec) added
 /// to the pod spec.
 fn job_yaml_with(name: &str, quota: &str, cpu: &str, run_for: &str, pod_spec: &str) -> String {

@@ -484,3 +484,98 @@ async fn a_job_kind_installed_later_is_followed_without_restart() {
     .await
     .expect("the unit follows the TFJob to Succeed and frees its quota");
 }
+
+/// A queue that preempts inside its quota (`spec.preemption.withinQuota:
+/// LowerPriority`): a high-priority job that does not fit sends back just
+/// enough lower-priority running jobs — their units go to TimeoutBackoff
+/// with the reason Preempted and an Event on each job names the preemptor
+/// — and runs; the quota never holds more than its max.
+#[tokio::test]
+async fn a_higher_priority_job_preempts_lower_ones_in_its_quota() {
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    for (name, value) in [("kq-pre-low", 10), ("kq-pre-high", 1000)] {
+        let class: PriorityClass = serde_json::from_value(
+            serde_json::json!({ "metadata": { "name": name }, "value": value }),
+        )
+        .unwrap();
+        let _ = Api::<PriorityClass>::all(client.clone())
+            .create(&PostParams::default(), &class)
+            .await;
+    }
+    let leaf = e2e::queue_with(
+        cp,
+        "pre",
+        "4",
+        serde_json::json!({ "preemption": { "withinQuota": "LowerPriority", "minRunSeconds": 0 } }),
+    )
+    .await
+    .unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec![leaf.clone()]);
+    for name in ["low-a", "low-b"] {
+        kubectl_create_job(
+            cp,
+            &ns,
+            &e2e::job_yaml_with_priority(name, &leaf, "2", "1h", "kq-pre-low"),
+        )
+        .await
+        .unwrap();
+        wait_phase(&client, &ns, name, &[Running], LONG)
+            .await
+            .unwrap();
+        // Distinct release times: the most recent goes first.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    kubectl_create_job(
+        cp,
+        &ns,
+        &e2e::job_yaml_with_priority("hero", &leaf, "2", "1h", "kq-pre-high"),
+    )
+    .await
+    .unwrap();
+    wait_phase(&client, &ns, "hero", &[Running], LONG)
+        .await
+        .unwrap();
+    // The fewest victims: one 2-cpu job, the most recently released.
+    let b = e2e::status_of(&client, &ns, "low-b").await.unwrap();
+    assert_eq!(b.phase, Some(TimeoutBackoff), "{b:?}");
+    assert!(
+        b.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("preempted by"),
+        "{b:?}"
+    );
+    assert!(
+        b.conditions.iter().any(|c| c.reason == "Preempted"),
+        "{:?}",
+        b.conditions
+    );
+    assert_eq!(
+        e2e::phase_of(&client, &ns, "low-a").await.unwrap(),
+        Some(Running)
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    fixtures::eventually(Duration::from_secs(15), || async {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Preempted")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("low-b")
+                    && e.note.as_deref().unwrap_or_default().contains("/hero")
+            }))
+    })
+    .await
+    .expect("an Event on the victim names the preemptor");
+    assert!(
+        monitor.max() <= 4000,
+        "quota held {} m > 4 CPU",
+        monitor.max()
+    );
+}

@@ -50,6 +50,7 @@ impl Core {
                 quota,
                 queue,
                 priority: def.priority,
+                created_ms: def.created_ms,
                 order,
                 request,
                 state: UnitState::Waiting {
@@ -87,6 +88,7 @@ impl Core {
                 e.quota = quota;
                 e.namespace = namespace;
                 e.priority = def.priority;
+                e.created_ms = def.created_ms;
             }
             self.enqueue(id);
         } else {
@@ -105,6 +107,7 @@ impl Core {
                 e.quota = quota;
                 e.namespace = namespace;
                 e.priority = def.priority;
+                e.created_ms = def.created_ms;
             }
             if let Some(held) = held {
                 self.give_holding(id, held);
@@ -138,6 +141,8 @@ impl Core {
         {
             self.victim_freed(id, waiting);
         }
+        self.reclaim.displaced.remove(&id);
+        self.reclaim.preempt_later.remove(&id);
         self.units.remove(id).is_some()
     }
 
@@ -424,7 +429,10 @@ impl Core {
     /// Sets a waiting unit's reason (as of `epoch`, 0 for reasons that are
     /// not the filters' verdict) and lists it as changed if it differs.
     pub(crate) fn set_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
-        if !matches!(new, WaitReason::Reclaiming { .. }) {
+        if !matches!(
+            new,
+            WaitReason::Reclaiming { .. } | WaitReason::Preempting { .. }
+        ) {
             // It no longer waits for reclaimed resources.
             self.reclaim
                 .drop_plan(id, &mut self.state.quotas, &mut self.relaxed);

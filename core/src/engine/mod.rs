@@ -95,6 +95,9 @@ pub struct Core {
     pub(crate) cycle_no: u32,
     /// Reclaim of borrowed quota.
     pub(crate) reclaim: ReclaimState,
+    /// The controller's clock (ms since the epoch), as last set: the core
+    /// has none of its own (see [`Core::set_now`]).
+    pub(crate) now_ms: i64,
 }
 
 impl Core {
@@ -125,7 +128,36 @@ impl Core {
             order_buf: Vec::new(),
             cycle_no: 0,
             reclaim: ReclaimState::default(),
+            now_ms: 0,
         })
+    }
+
+    /// Sets the clock the next cycles judge time-bound rules by (a
+    /// preemption victim's minimum run time, the preemption cap): the
+    /// controller's, in ms since the epoch. Units that could preempt once a
+    /// victim has run long enough are looked at again when that time comes.
+    pub fn set_now(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+        let due: Vec<UnitId> = self
+            .reclaim
+            .preempt_later
+            .iter()
+            .filter(|(_, at)| **at <= now_ms)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.reclaim.preempt_later.remove(&id);
+            if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
+                self.enqueue(id);
+            }
+        }
+    }
+
+    /// When a unit that waits for a preemption victim's minimum run time
+    /// may preempt, the earliest (ms since the epoch): the controller runs
+    /// a cycle then.
+    pub fn next_preemption_due(&self) -> Option<i64> {
+        self.reclaim.preempt_later.values().copied().min()
     }
 
     /// Where the root capacity comes from (`None` when the `ElasticQuota`
@@ -151,6 +183,7 @@ impl Core {
             priority: def.priority,
             policy: def.policy,
             reclaim: def.reclaim,
+            preemption: def.preemption,
             order,
         };
         let Some(entry) = self.queues.get_mut(q) else {

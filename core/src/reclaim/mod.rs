@@ -41,9 +41,10 @@
 //! of being reclaimed, and the guaranteed unit is usually released at once.
 
 mod calls;
+mod preempt;
 pub(crate) mod state;
 
-use state::{Plan, Reclaim, ReclaimInFlight, ReclaimState, Source, VictimKey};
+use state::{Plan, Reclaim, ReclaimInFlight, ReclaimKind, ReclaimState, Source, VictimKey};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -113,15 +114,27 @@ impl Pass<'_> {
             if n > 0
                 && let Some(shortfall) = reason.shortfall()
             {
-                return Verdict::Blocked(WaitReason::Reclaiming {
-                    shortfall: shortfall.clone(),
-                    victims: n,
+                let shortfall = shortfall.clone();
+                let preempting = self.reclaim.plans.get(&id).is_some_and(|p| p.preempting);
+                return Verdict::Blocked(if preempting {
+                    WaitReason::Preempting {
+                        shortfall,
+                        victims: n,
+                    }
+                } else {
+                    WaitReason::Reclaiming {
+                        shortfall,
+                        victims: n,
+                    }
                 });
             }
             // What was reclaimed for it is free, yet it does not fit (the
             // room went to others, or limits changed): plan afresh.
             self.reclaim
                 .drop_plan(id, &mut self.state.quotas, self.relaxed);
+        }
+        if let Some(outcome) = self.preempt(id, &reason) {
+            return self.verdict(id, outcome);
         }
         let Some(u) = self.units.get(id) else {
             return Verdict::Blocked(reason);
@@ -153,7 +166,13 @@ impl Pass<'_> {
                 _ => Verdict::Blocked(reason),
             };
         }
-        match self.plan(id, reason) {
+        let outcome = self.plan(id, reason);
+        self.verdict(id, outcome)
+    }
+
+    /// The verdict on unit `id` of a reclaim's or a preemption's outcome.
+    fn verdict(&mut self, id: UnitId, outcome: Outcome) -> Verdict {
+        match outcome {
             Outcome::Fits => {
                 self.reclaim.retry.remove(&id);
                 self.reclaim.made_room.insert(id);
@@ -302,7 +321,7 @@ impl Pass<'_> {
                 None => return Outcome::Impossible(reason),
             }
         };
-        self.commit(id, reason, picks, pauses)
+        self.commit(id, reason, picks, pauses, false)
     }
 
     /// A quick necessary condition: under each limit short of room, the
@@ -502,6 +521,7 @@ impl Pass<'_> {
         reason: WaitReason,
         picks: Vec<UnitId>,
         pauses: Vec<(Option<QuotaId>, ResId)>,
+        preempting: bool,
     ) -> Outcome {
         let mut in_flight = Vec::new();
         let mut withdrew = false;
@@ -529,7 +549,8 @@ impl Pass<'_> {
                     // from earlier releases frees room for the others
                     // counted in the plan (waiting for nobody).
                     for v in in_flight {
-                        self.mark_victim(v, None, id);
+                        let kind = self.kind_for(v, id, preempting);
+                        self.mark_victim(v, None, id, kind);
                     }
                     return Outcome::Fits;
                 }
@@ -541,7 +562,8 @@ impl Pass<'_> {
             return Outcome::Other(reason);
         };
         for &v in &in_flight {
-            self.mark_victim(v, Some(id), id);
+            let kind = self.kind_for(v, id, preempting);
+            self.mark_victim(v, Some(id), id, kind);
         }
         let Some(u) = self.units.get(id) else {
             return Outcome::Other(reason);
@@ -559,14 +581,36 @@ impl Pass<'_> {
                 quota: u.quota,
                 promised: u.request.clone(),
                 pauses,
+                preempting,
             },
         );
+        if preempting {
+            return Outcome::Waits(WaitReason::Preempting { shortfall, victims });
+        }
         Outcome::Waits(WaitReason::Reclaiming { shortfall, victims })
+    }
+
+    /// Why victim `v` is taken for unit `id`.
+    fn kind_for(&self, v: UnitId, id: UnitId, preempting: bool) -> ReclaimKind {
+        if !preempting {
+            return ReclaimKind::Borrowed;
+        }
+        let priority = |u: UnitId| self.units.get(u).map_or(0, |e| e.priority);
+        ReclaimKind::Preempted {
+            priority: priority(v),
+            by_priority: priority(id),
+        }
     }
 
     /// Marks holding unit `v` as being reclaimed for `waiting` (reported as
     /// reclaimed for `for_unit`).
-    fn mark_victim(&mut self, v: UnitId, waiting: Option<UnitId>, for_unit: UnitId) {
+    fn mark_victim(
+        &mut self,
+        v: UnitId,
+        waiting: Option<UnitId>,
+        for_unit: UnitId,
+        kind: ReclaimKind,
+    ) {
         let Some(u) = self.units.get(v) else {
             return;
         };
@@ -595,6 +639,7 @@ impl Pass<'_> {
             resources: amount.to_resources(&self.state.resources),
             for_unit: for_key,
             for_quota,
+            kind,
         });
     }
 

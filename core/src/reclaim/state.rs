@@ -32,11 +32,37 @@ pub struct Reclaim {
     pub for_unit: Arc<str>,
     /// That unit's quota.
     pub for_quota: Arc<str>,
+    /// Why it is taken back.
+    pub kind: ReclaimKind,
+}
+
+/// Why a unit gives its quota back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReclaimKind {
+    /// Its quota borrows beyond its min what a guaranteed unit needs.
+    Borrowed,
+    /// A unit of higher priority in its own quota needs it (preemption).
+    Preempted {
+        /// The victim's priority.
+        priority: i32,
+        /// The preemptor's.
+        by_priority: i32,
+    },
 }
 
 impl Reclaim {
     /// A sentence for the victim's status and events.
     pub fn message(&self) -> String {
+        if let ReclaimKind::Preempted {
+            priority,
+            by_priority,
+        } = self.kind
+        {
+            return format!(
+                "preempted by {} (priority {by_priority}, above this job's {priority}), which needs the quota it holds in quota {}",
+                self.for_unit, self.for_quota
+            );
+        }
         let why = match &self.quota {
             Some(q) => format!("quota {q} uses more than its min"),
             None => "it is charged to no quota, so nothing of it is guaranteed".to_string(),
@@ -180,6 +206,8 @@ pub(crate) struct Plan {
     pub promised: ResVec,
     /// Where borrowing is paused for it: (quota or cluster, resource).
     pub pauses: Vec<(Option<QuotaId>, ResId)>,
+    /// Whether it preempts (else it reclaims borrowed quota).
+    pub preempting: bool,
 }
 
 /// The reclaim book-keeping of the core.
@@ -218,6 +246,14 @@ pub(crate) struct ReclaimState {
     pub made_room: HashSet<UnitId, IdHash>,
     /// Those of them that hold quota, not in the holder index yet.
     pub unlisted: Vec<UnitId>,
+    /// Units that preempted, with the units they displaced: a displaced
+    /// unit never preempts the unit that displaced it (no swapping back).
+    pub displaced: HashMap<UnitId, Vec<UnitId>, IdHash>,
+    /// Recent preemptions per quota (ms), for the per-minute cap.
+    pub preempted_at: HashMap<QuotaId, Vec<i64>, IdHash>,
+    /// Units that could preempt once a victim has run its minimum time: the
+    /// earliest such time per unit (looked at again then).
+    pub preempt_later: HashMap<UnitId, i64, IdHash>,
 }
 
 impl ReclaimState {

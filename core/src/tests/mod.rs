@@ -4,6 +4,7 @@ mod config;
 mod incremental;
 mod ordering;
 mod plugins;
+mod preemption;
 mod property;
 mod quota;
 mod reclaim;

@@ -375,6 +375,27 @@ impl Model {
                 "reclaimed for {for_unit}, which is not waiting"
             );
             let (Some(v), Some(f)) = (v, f) else { break };
+            if let crate::ReclaimKind::Preempted { .. } = r.kind {
+                // Preemption: from its own quota, of lower priority (or
+                // equal and newer), by a queue that preempts.
+                let policy = preemption_of(f.queue).policy;
+                prop_assert!(
+                    policy != koord_queue_model::PreemptionPolicy::Never,
+                    "{for_unit} preempted in a queue that does not preempt"
+                );
+                prop_assert_eq!(v.quota, f.quota, "{} preempted outside its quota", for_unit);
+                prop_assert!(
+                    v.prio <= f.prio,
+                    "{for_unit} (priority {}) preempted {victim} (priority {})",
+                    f.prio,
+                    v.prio
+                );
+                for k in 0..2 {
+                    prop_assert_eq!(r.resources.get(RES[k]), v.req[k]);
+                }
+                self.in_flight.insert(victim, for_unit);
+                continue;
+            }
             prop_assert!(
                 self.reclaim[f.queue],
                 "reclaimed for {for_unit} in a queue without reclaim"
@@ -410,7 +431,10 @@ impl Model {
         let keys: BTreeSet<&String> = flying.iter().map(|(v, _)| v).collect();
         prop_assert_eq!(keys, self.in_flight.keys().collect::<BTreeSet<_>>());
         for key in self.waiting.keys() {
-            if let Some(WaitReason::Reclaiming { victims, .. }) = core.reason(key) {
+            if let Some(
+                WaitReason::Reclaiming { victims, .. } | WaitReason::Preempting { victims, .. },
+            ) = core.reason(key)
+            {
                 let mine = flying
                     .iter()
                     .filter(|(_, f)| f.as_deref() == Some(key.as_str()))
@@ -694,7 +718,8 @@ impl Model {
         core.upsert_queue(
             &QueueDef::new(QUEUES[q])
                 .with_policy(policy)
-                .with_reclaim(self.reclaim[q]),
+                .with_reclaim(self.reclaim[q])
+                .with_preemption(preemption_of(q)),
         );
     }
 
@@ -740,7 +765,9 @@ impl Model {
             prop_assert!(
                 !matches!(
                     reason,
-                    Some(WaitReason::Reclaiming { .. }) | Some(WaitReason::BorrowingPaused { .. })
+                    Some(WaitReason::Reclaiming { .. })
+                        | Some(WaitReason::Preempting { .. })
+                        | Some(WaitReason::BorrowingPaused { .. })
                 ),
                 "{key} still waits for reclaim with nothing in flight: {reason:?}"
             );
@@ -772,10 +799,24 @@ fn new_core(model: &Model) -> Core {
         }
         core.set_capacity(&RootCapacity::Limited(r));
     }
-    for q in QUEUES {
-        core.upsert_queue(&QueueDef::new(q));
+    for (i, q) in QUEUES.iter().enumerate() {
+        core.upsert_queue(&QueueDef::new(*q).with_preemption(preemption_of(i)));
     }
     core
+}
+
+/// Every other queue preempts lower priorities in its quota: the invariants
+/// (no max exceeded, every reclaim and preemption ends) hold with both.
+fn preemption_of(queue: usize) -> koord_queue_model::Preemption {
+    let policy = match queue % 3 {
+        1 => koord_queue_model::PreemptionPolicy::LowerPriority,
+        2 => koord_queue_model::PreemptionPolicy::LowerOrNewerEqualPriority,
+        _ => koord_queue_model::PreemptionPolicy::Never,
+    };
+    koord_queue_model::Preemption {
+        policy,
+        ..Default::default()
+    }
 }
 
 proptest! {

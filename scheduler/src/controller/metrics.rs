@@ -39,6 +39,12 @@ pub struct WriteLabels {
     pub operation: &'static str,
 }
 
+/// Labels of a reclaim: why the quota is taken back.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 /// Labels naming a watch source (`queueunits`, a job kind, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
@@ -80,6 +86,8 @@ pub struct Metrics {
     pub relist_dropped: Family<SourceLabels, Counter>,
     /// 1 while a source's list or watch fails.
     pub watch_failing: Family<SourceLabels, Gauge>,
+    /// Units sent back to free quota, by reason (`Reclaimed`, `Preempted`).
+    pub reclaims: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -102,6 +110,7 @@ impl Metrics {
             watch_relists: Family::default(),
             relist_dropped: Family::default(),
             watch_failing: Family::default(),
+            reclaims: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -158,6 +167,11 @@ impl Metrics {
             "relist_dropped_records",
             "Records dropped by a relist (deleted while the watch was away), per source",
             m.relist_dropped.clone(),
+        );
+        r.register(
+            "preemptions",
+            "Units sent back to free quota for another, by reason (Reclaimed: borrowed beyond min; Preempted: lower priority in the same quota)",
+            m.reclaims.clone(),
         );
         r.register(
             "watch_failing",

@@ -72,6 +72,8 @@ pub struct QueueRecord {
     pub status: Option<koord_queue_api::QueueStatus>,
     /// Whether guaranteed units may reclaim borrowed quota.
     pub reclaim: bool,
+    /// How units preempt inside the queue's quota.
+    pub preemption: koord_queue_api::queue::Preemption,
     /// Admission checks of the queue.
     pub checks: Vec<koord_queue_api::queue::AdmissionCheckRef>,
     /// Strict dequeue: `Some(Some(timeout))` on, `Some(None)` off, `None`
@@ -94,6 +96,12 @@ impl QueueRecord {
             managed_for: queue.labels().get(QUEUE_FOR_QUOTA_LABEL).cloned(),
             status: queue.status.clone(),
             reclaim: queue.spec.reclaim.unwrap_or(true),
+            preemption: queue
+                .spec
+                .preemption
+                .as_ref()
+                .map(koord_queue_api::queue::QueuePreemption::to_model)
+                .unwrap_or_default(),
             checks: queue.spec.admission_checks.clone(),
             strict: queue.spec.strict_dequeue.as_ref().map(|s| {
                 s.enabled.then(|| {

@@ -409,6 +409,9 @@ pub(super) fn backoff(
 /// Condition reason (and backoff reason) of a reclaimed unit.
 pub(super) const RECLAIMED: &str = "Reclaimed";
 
+/// Condition reason (and backoff reason) of a unit preempted inside its quota.
+pub(super) const PREEMPTED: &str = "Preempted";
+
 /// Where a backoff message says when the unit returns.
 pub(super) const BACK_IN_QUEUE: &str = "; back in queue ";
 

@@ -138,7 +138,8 @@ impl Controller {
             Change::Applied(rec) => {
                 let mut def = QueueDef::new(rec.name.clone())
                     .with_priority(rec.priority)
-                    .with_policy(rec.policy);
+                    .with_policy(rec.policy)
+                    .with_preemption(rec.preemption);
                 def.reclaim = rec.reclaim;
                 self.core.upsert_queue(&def);
                 self.queues.insert(rec.name.clone(), *rec);

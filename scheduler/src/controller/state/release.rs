@@ -8,6 +8,7 @@ impl Controller {
             return;
         }
         let started = Instant::now();
+        self.core.set_now(now_ms());
         let out = self.core.run_cycle();
         tracing::trace!(decisions = out.decisions.len(), "cycle done");
         self.metrics
@@ -57,8 +58,9 @@ impl Controller {
         self.write_enqueued();
     }
 
-    /// Re-suspends a reclaim victim: its job is held again, it goes to
-    /// TimeoutBackoff with the reason "reclaimed", and the core frees its
+    /// Re-suspends a reclaim or preemption victim: its job is held again, it
+    /// goes to TimeoutBackoff with the reason `Reclaimed` or `Preempted` (an
+    /// Event on its job names the unit it made room for), and the core frees its
     /// quota once that is written (or puts it back if it cannot be).
     pub(super) fn reclaim(&mut self, reclaim: crate::core::Reclaim) {
         let k: Key = reclaim.victim.clone();
@@ -74,8 +76,16 @@ impl Controller {
         let Some(view) = self.view(&k) else {
             return;
         };
-        tracing::info!(victim = %k, for_unit = %reclaim.for_unit, resources = %reclaim.resources, "reclaiming");
-        let write = backoff(&view, view.job, None, RECLAIMED, reclaim.message());
+        let reason = match reclaim.kind {
+            crate::core::ReclaimKind::Borrowed => RECLAIMED,
+            crate::core::ReclaimKind::Preempted { .. } => PREEMPTED,
+        };
+        tracing::info!(victim = %k, for_unit = %reclaim.for_unit, resources = %reclaim.resources, reason, "taking quota back");
+        self.metrics
+            .reclaims
+            .get_or_create(&crate::controller::metrics::ReasonLabels { reason })
+            .inc();
+        let write = backoff(&view, view.job, None, reason, reclaim.message());
         // A reclaim victim keeps counting until its job is held again: the
         // guaranteed unit waits for the resources to be really free.
         self.submit_unit_write(&k, Intent::keep(write));

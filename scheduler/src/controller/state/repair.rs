@@ -14,6 +14,14 @@ impl Controller {
         for k in std::mem::take(&mut self.retry) {
             self.reconcile(&k);
         }
+        // A unit that may preempt once a victim has run its minimum time.
+        if self
+            .core
+            .next_preemption_due()
+            .is_some_and(|due| due <= now_ms())
+        {
+            self.request_cycle();
+        }
         let timed: Vec<Key> = self.timed.iter().cloned().collect();
         for k in timed {
             self.reconcile(&k);

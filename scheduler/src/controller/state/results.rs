@@ -208,6 +208,7 @@ impl Controller {
             }
             let event_reason = match reason {
                 RECLAIMED => "Reclaimed",
+                PREEMPTED => "Preempted",
                 "AdmissionCheck" => "AdmissionCheckFailed",
                 "SchedulingTimeout" => "SchedulingFailed",
                 _ => "RunningTimeout",
@@ -221,7 +222,7 @@ impl Controller {
             if let Some(job) = target {
                 self.event(&job, true, event_reason, message);
             }
-        } else if reason == RECLAIMED {
+        } else if reason == RECLAIMED || reason == PREEMPTED {
             // The victim keeps its quota; the guaranteed unit plans again.
             core_step("cancel_reclaim", k, self.core.cancel_reclaim(k));
             self.request_cycle();
