@@ -109,6 +109,27 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
                 job: job_ref(job),
             }))
         }
+        // Its job finished while the unit did not hold quota (sent back as
+        // it completed): the unit ends with it, instead of waiting again.
+        (
+            Some(
+                QueueUnitPhase::TimeoutBackoff
+                | QueueUnitPhase::Enqueued
+                | QueueUnitPhase::SchedFailed,
+            ),
+            Some(job),
+        ) if finished(job.state) => {
+            let (phase, text) = match job.state {
+                JobState::Succeeded => (QueueUnitPhase::Succeed, "job succeeded"),
+                _ => (QueueUnitPhase::Failed, "job failed"),
+            };
+            Some(Intent::free(Write::Phase {
+                unit: k.clone(),
+                phase,
+                admissions: Some(Vec::new()),
+                message: text.into(),
+            }))
+        }
         (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
             step.timed = true;
             rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms).then(|| {

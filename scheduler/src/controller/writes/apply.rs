@@ -98,7 +98,7 @@ impl Writer {
                 }))
                 .await?;
                 if let Some(job) = job {
-                    self.hold(job).await?;
+                    self.hold_unless_finished(job).await?;
                 }
                 Ok(rv)
             }
@@ -216,6 +216,29 @@ impl Writer {
             tracing::warn!(%unit, error = %e, "cannot revert a failed release");
         }
         Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+    }
+
+    /// Holds a job that is being sent back, unless it has finished since the
+    /// decision (its quota is free anyway; suspending a finished job only
+    /// makes its controller, or a stand-in for it, rewrite its status).
+    async fn hold_unless_finished(&self, job: &JobRef) -> Result<(), kube::Error> {
+        self.fence()?;
+        let current = job
+            .api::<kube::api::DynamicObject>(&self.client)
+            .get_opt(&job.name)
+            .await?;
+        let Some(current) = current else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(current).unwrap_or(Value::Null);
+        if matches!(
+            job.adapter.state(&value),
+            koord_queue_api::jobs::JobState::Succeeded | koord_queue_api::jobs::JobState::Failed
+        ) {
+            tracing::debug!(job = %job.name, "not held again: it finished meanwhile");
+            return Ok(());
+        }
+        self.hold(job).await
     }
 
     /// Holds the job again (a job already gone needs no hold).
