@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use koord_queue_model::{Preemption, PreemptionPolicy, QueuePolicy};
+pub use koord_queue_model::{Preemption, PreemptionPolicy, QueuePolicy, Reserve};
 
 /// How the queue is served.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -63,6 +63,33 @@ pub struct QueueSpec {
     /// reason `Preempted`). Unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<QueuePreemption>,
+    /// `Priority` queues: when the first unit that does not fit stops the
+    /// smaller units behind it that need what it is short of (so that a
+    /// large job is not starved by small ones). Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_head: Option<ReserveHead>,
+}
+
+/// When the head of a `Priority` queue reserves.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReserveHead {
+    /// After it has waited this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seconds: Option<i64>,
+    /// At once when its priority is at least this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_priority: Option<i32>,
+}
+
+impl ReserveHead {
+    /// The core's settings.
+    pub fn to_model(&self) -> Reserve {
+        Reserve {
+            after_ms: self.after_seconds.map(|s| s.max(0).saturating_mul(1000)),
+            above_priority: self.above_priority,
+        }
+    }
 }
 
 /// Preemption inside the queue's quota.

@@ -295,7 +295,7 @@ impl Pass<'_> {
     /// Reported here rather than when the cycle ends, while the unit is at
     /// hand; a unit already listed as changed before the cycle is reported
     /// by the end-of-cycle flush instead, with its latest reason.
-    fn note_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
+    pub(crate) fn note_reason(&mut self, id: UnitId, new: WaitReason, epoch: u64) {
         if !self.reclaim.plans.is_empty()
             && !matches!(
                 new,
@@ -480,17 +480,27 @@ impl Pass<'_> {
     /// Priority policy, every waiting unit in order.
     fn priority_all(&mut self, q: QueueId, entry: &mut QueueEntry) {
         entry.blockers.clear();
+        let reserve = entry.def.as_ref().map(|d| d.reserve).unwrap_or_default();
+        let mut reservation = None;
         let mut released = Vec::new();
         for wk in &entry.waiting {
+            if self.held_back(&mut reservation, wk) {
+                continue;
+            }
             self.out.stats.units_visited += 1;
             match self.judge(wk.id) {
                 Verdict::Fits => {
                     self.release(wk.id, &entry.name);
                     released.push(wk.clone());
                 }
-                v => self.blocked(q, &mut entry.blockers, wk.id, v),
+                v => {
+                    self.blocked(q, &mut entry.blockers, wk.id, v);
+                    self.maybe_reserve(&mut reservation, reserve, wk);
+                }
             }
         }
+        self.mark_reserving(reservation.as_ref());
+        entry.reservation = reservation;
         entry.admitted += released.len();
         for wk in &released {
             entry.waiting.remove(wk);
@@ -500,17 +510,41 @@ impl Pass<'_> {
     /// Priority policy, only the listed (new or changed) units, in order.
     /// The others were blocked by limits that have not got room since.
     fn priority_listed(&mut self, q: QueueId, entry: &mut QueueEntry, ids: &[UnitId]) {
+        let reserve = entry.def.as_ref().map(|d| d.reserve).unwrap_or_default();
+        let mut reservation = entry.reservation.take();
+        if reservation
+            .as_ref()
+            .is_some_and(|r| !entry.waiting.contains(&r.key))
+        {
+            // The reserving head is gone: those it held back are looked at
+            // afresh.
+            reservation = None;
+            entry.dirty = Dirty::Forced;
+        }
         for wk in self.wait_keys(q, entry, ids) {
+            if self.held_back(&mut reservation, &wk) {
+                continue;
+            }
             self.out.stats.units_visited += 1;
             match self.judge(wk.id) {
                 Verdict::Fits => {
                     self.release(wk.id, &entry.name);
                     entry.waiting.remove(&wk);
                     entry.admitted += 1;
+                    if reservation.as_ref().is_some_and(|r| r.key == wk) {
+                        // The head got its room: those it held back may go.
+                        reservation = None;
+                        entry.dirty = Dirty::Forced;
+                    }
                 }
-                v => self.blocked(q, &mut entry.blockers, wk.id, v),
+                v => {
+                    self.blocked(q, &mut entry.blockers, wk.id, v);
+                    self.maybe_reserve(&mut reservation, reserve, &wk);
+                }
             }
         }
+        self.mark_reserving(reservation.as_ref());
+        entry.reservation = reservation;
     }
 
     /// Block policy: release from the front until a unit does not fit; the

@@ -33,6 +33,7 @@ pub mod quota_tree;
 pub mod reason;
 pub mod reclaim;
 pub mod registry;
+pub(crate) mod reserve;
 pub mod state;
 pub mod synthetic;
 pub mod units;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use koord_queue_model::{Preemption, QueuePolicy, Resources};
+use koord_queue_model::{Preemption, QueuePolicy, Reserve, Resources};
 
 /// A queue (a `Queue` object in the system namespace).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub struct QueueDef {
     /// Whether a waiting unit may preempt running units of its own quota
     /// (architecture §4.4 rule 4); off by default.
     pub preemption: Preemption,
+    /// Whether the head of a `Priority` queue that does not fit keeps
+    /// smaller units from passing it (architecture §4.3); off by default.
+    pub reserve: Reserve,
 }
 
 impl QueueDef {
@@ -33,6 +36,7 @@ impl QueueDef {
             policy: QueuePolicy::Priority,
             reclaim: true,
             preemption: Preemption::default(),
+            reserve: Reserve::default(),
         }
     }
 
@@ -51,6 +55,12 @@ impl QueueDef {
     /// The same queue preempting as `preemption` says.
     pub fn with_preemption(mut self, preemption: Preemption) -> Self {
         self.preemption = preemption;
+        self
+    }
+
+    /// The same queue reserving for its head as `reserve` says.
+    pub fn with_reserve(mut self, reserve: Reserve) -> Self {
+        self.reserve = reserve;
         self
     }
 

@@ -37,6 +37,7 @@ pub(crate) struct QueueState {
     pub policy: QueuePolicy,
     pub reclaim: bool,
     pub preemption: koord_queue_model::Preemption,
+    pub reserve: koord_queue_model::Reserve,
     pub order: SortKey,
 }
 
@@ -57,6 +58,9 @@ pub(crate) struct QueueEntry {
     pub blockers: Vec<(Blocker, i64)>,
     /// `Block` policy: the unit the queue stops at.
     pub head: Option<WaitKey>,
+    /// `Priority` policy: the first unit that does not fit, which reserves
+    /// from some time on (see `reserve.rs`).
+    pub reservation: Option<crate::reserve::Reservation>,
 }
 
 impl QueueEntry {
@@ -70,6 +74,7 @@ impl QueueEntry {
             dirty_units: Vec::new(),
             blockers: Vec::new(),
             head: None,
+            reservation: None,
         }
     }
 

@@ -147,6 +147,19 @@ pub enum WaitReason {
         /// Reserved for released units whose pods do not exist yet.
         reserved: i64,
     },
+    /// The head of a `Priority` queue does not fit and reserves: it keeps
+    /// the units behind it that need what it is short of from passing it.
+    Reserving {
+        /// The limit it does not fit under, with its figures.
+        shortfall: Shortfall,
+    },
+    /// A unit waits behind the reserving head of its queue.
+    ReservedBehind {
+        /// Key (`namespace/name`) of the head.
+        unit: Arc<str>,
+        /// What the head is short of.
+        resource: Arc<str>,
+    },
     /// A `Block` queue stops at an earlier unit that does not fit.
     BlockedBehind {
         /// Key (`namespace/name`) of that unit.
@@ -210,6 +223,7 @@ impl WaitReason {
             | Self::Capacity { shortfall, .. }
             | Self::Reclaiming { shortfall, .. }
             | Self::Preempting { shortfall, .. }
+            | Self::Reserving { shortfall, .. }
             | Self::ReclaimOff { shortfall, .. }
             | Self::NamespaceQuota { shortfall, .. } => Some(shortfall),
             _ => None,
@@ -400,6 +414,20 @@ impl fmt::Display for WaitReason {
                 }
                 Ok(())
             }
+            Self::Reserving { shortfall } => {
+                f.write_str("reserving: ")?;
+                Self::write_limit(f, shortfall)?;
+                let r = &shortfall.resource;
+                write!(
+                    f,
+                    " ({} more to free; units behind it that need {r} wait)",
+                    format_amount(r, shortfall.missing())
+                )
+            }
+            Self::ReservedBehind { unit, resource } => write!(
+                f,
+                "waiting behind {unit}, which reserves {resource} (it has waited longest or has the highest priority)"
+            ),
             Self::BlockedBehind { unit } => write!(f, "waiting behind {unit} (Block policy)"),
             Self::NoQueue => {
                 f.write_str("no queue: the unit names none and no plugin maps it to one")

@@ -62,3 +62,30 @@ pub struct Preemption {
     /// At most this many preemptions in the quota per minute (`None`: no cap).
     pub max_per_minute: Option<u32>,
 }
+
+/// When the head of a `Priority` queue that does not fit stops smaller units
+/// from passing it (it *reserves*): after it has waited `after_ms`, or at
+/// once when its priority is at least `above_priority`. Both unset: never.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Reserve {
+    /// Wait after which the head reserves (ms since its creation).
+    pub after_ms: Option<i64>,
+    /// Priority from which the head reserves at once.
+    pub above_priority: Option<i32>,
+}
+
+impl Reserve {
+    /// From when a unit created at `created_ms` with `priority` reserves, if
+    /// it ever does.
+    pub fn from_ms(&self, created_ms: i64, priority: i32) -> Option<i64> {
+        let at_once = self
+            .above_priority
+            .is_some_and(|p| priority >= p)
+            .then_some(i64::MIN);
+        let after = self.after_ms.map(|a| created_ms.saturating_add(a));
+        match (at_once, after) {
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        }
+    }
+}

@@ -184,6 +184,7 @@ impl Core {
             policy: def.policy,
             reclaim: def.reclaim,
             preemption: def.preemption,
+            reserve: def.reserve,
             order,
         };
         let Some(entry) = self.queues.get_mut(q) else {

@@ -8,6 +8,7 @@ mod preemption;
 mod property;
 mod quota;
 mod reclaim;
+mod reserving;
 
 use koord_queue_model::{QueuePolicy, Resources};
 

@@ -74,6 +74,8 @@ pub struct QueueRecord {
     pub reclaim: bool,
     /// How units preempt inside the queue's quota.
     pub preemption: koord_queue_api::queue::Preemption,
+    /// When its head reserves.
+    pub reserve: koord_queue_api::queue::Reserve,
     /// Admission checks of the queue.
     pub checks: Vec<koord_queue_api::queue::AdmissionCheckRef>,
     /// Strict dequeue: `Some(Some(timeout))` on, `Some(None)` off, `None`
@@ -101,6 +103,12 @@ impl QueueRecord {
                 .preemption
                 .as_ref()
                 .map(koord_queue_api::queue::QueuePreemption::to_model)
+                .unwrap_or_default(),
+            reserve: queue
+                .spec
+                .reserve_head
+                .as_ref()
+                .map(koord_queue_api::queue::ReserveHead::to_model)
                 .unwrap_or_default(),
             checks: queue.spec.admission_checks.clone(),
             strict: queue.spec.strict_dequeue.as_ref().map(|s| {

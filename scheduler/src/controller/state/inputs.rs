@@ -139,7 +139,8 @@ impl Controller {
                 let mut def = QueueDef::new(rec.name.clone())
                     .with_priority(rec.priority)
                     .with_policy(rec.policy)
-                    .with_preemption(rec.preemption);
+                    .with_preemption(rec.preemption)
+                    .with_reserve(rec.reserve);
                 def.reclaim = rec.reclaim;
                 self.core.upsert_queue(&def);
                 self.queues.insert(rec.name.clone(), *rec);

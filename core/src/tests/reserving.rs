@@ -1,0 +1,108 @@
+//! The reserving head of a `Priority` queue (architecture §4.3): smaller
+//! units pass a unit that does not fit until it reserves; then those that
+//! need what it is short of wait behind it, and it is released once its
+//! room frees.
+
+use koord_queue_model::{QueuePolicy, Reserve};
+
+use super::{quota_core, reason_text, released, unit};
+use crate::{Core, QueueDef, QuotaDef};
+
+fn core(reserve: Reserve) -> Core {
+    let mut core = quota_core(1000);
+    core.upsert_queue(
+        &QueueDef::new("q")
+            .with_policy(QueuePolicy::Priority)
+            .with_reserve(reserve),
+    );
+    core.upsert_quota(&QuotaDef::new("q").max("cpu", 10_000))
+        .unwrap();
+    core.set_now(100_000);
+    core
+}
+
+#[test]
+fn small_units_pass_a_large_one_until_it_reserves() {
+    let mut c = core(Reserve {
+        after_ms: Some(60_000),
+        above_priority: None,
+    });
+    // 8 of 10 cpu run; the large unit (4) does not fit.
+    c.upsert_unit(&unit("ns", "running", "q", 8).created_at(0))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(&unit("ns", "large", "q", 4).created_at(90_000))
+        .unwrap();
+    c.upsert_unit(&unit("ns", "small-1", "q", 1).created_at(91_000))
+        .unwrap();
+    // Not waited 60 s yet: the small one passes.
+    assert_eq!(released(&c.run_cycle()), ["ns/small-1"]);
+    // 60 s after its creation the large unit reserves.
+    c.set_now(150_000);
+    c.upsert_unit(&unit("ns", "small-2", "q", 1).created_at(151_000))
+        .unwrap();
+    let out = c.run_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", released(&out));
+    assert!(
+        reason_text(&c, "ns/small-2").starts_with("waiting behind ns/large, which reserves cpu"),
+        "{}",
+        reason_text(&c, "ns/small-2")
+    );
+    // Its message says it reserves and how much it still needs.
+    let reason = reason_text(&c, "ns/large");
+    // (the figures are those of its last evaluation).
+    assert!(
+        reason.starts_with("reserving: quota q: cpu 8/10 used, needs 4"),
+        "{reason}"
+    );
+    assert!(reason.contains("2 more to free"), "{reason}");
+    // Room freed that is not enough yet is kept for it.
+    c.remove_unit("ns/small-1");
+    let out = c.run_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", released(&out));
+    // Once its room frees it goes first; the small one follows.
+    c.remove_unit("ns/running");
+    let out = c.run_cycle();
+    assert_eq!(released(&out)[0], "ns/large");
+    assert!(released(&out).contains(&"ns/small-2"));
+}
+
+#[test]
+fn a_unit_above_the_priority_reserves_at_once_and_units_not_competing_pass() {
+    let mut c = core(Reserve {
+        after_ms: None,
+        above_priority: Some(100),
+    });
+    c.upsert_unit(&unit("ns", "running", "q", 8).created_at(0))
+        .unwrap();
+    c.run_cycle();
+    c.upsert_unit(&unit("ns", "hero", "q", 4).with_priority(100).created_at(1))
+        .unwrap();
+    c.upsert_unit(&unit("ns", "small", "q", 1).created_at(2))
+        .unwrap();
+    // A unit needing no cpu does not compete for what hero reserves.
+    c.upsert_unit(
+        &crate::UnitDef::new("ns", "memory-only")
+            .with_quota("q")
+            .requesting("memory", 1 << 20)
+            .created_at(3),
+    )
+    .unwrap();
+    let out = c.run_cycle();
+    assert_eq!(released(&out), ["ns/memory-only"]);
+    assert!(reason_text(&c, "ns/small").starts_with("waiting behind ns/hero"));
+}
+
+#[test]
+fn without_a_reserve_setting_smaller_units_always_pass() {
+    let mut c = core(Reserve::default());
+    c.upsert_unit(&unit("ns", "running", "q", 8).created_at(0))
+        .unwrap();
+    c.run_cycle();
+    c.upsert_unit(&unit("ns", "large", "q", 4).created_at(1))
+        .unwrap();
+    c.set_now(10_000_000);
+    c.upsert_unit(&unit("ns", "small", "q", 1).created_at(2))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/small"]);
+}
