@@ -20,6 +20,10 @@ pub(super) struct UnitView<'a> {
     /// A held job of this unit means it was suspended again (rather than
     /// that this process's release has not reached it yet).
     pub suspended_again: bool,
+    /// The unit was found released (not by this process) and its job has
+    /// not been seen running since: a held job may be a release cut short
+    /// by a leader change.
+    pub found_released: bool,
     /// Strict dequeue for queues that do not set it.
     pub strict_default: Option<Duration>,
     pub now_ms: i64,
@@ -196,6 +200,25 @@ fn holding_outcome(
         return checks_outcome(v, job);
     }
     if job.held {
+        if v.found_released
+            && matches!(phase, QueueUnitPhase::Dequeued | QueueUnitPhase::SchedReady)
+        {
+            // Released by a leader that lost the Lease between the unit's
+            // status and its job (its job patch is fenced): the release is
+            // finished, not done again — it keeps its attempt and its quota.
+            return Some(Intent::keep(Write::Release {
+                unit: k.clone(),
+                job: job_ref(job),
+                admissions: None,
+                attempts: None,
+                phase,
+                checks: None,
+                message: format!(
+                    "released from queue {} (the release was finished after a leader change)",
+                    queue_of(rec)
+                ),
+            }));
+        }
         return v.suspended_again.then(|| {
             Intent::free(Write::Phase {
                 unit: k.clone(),

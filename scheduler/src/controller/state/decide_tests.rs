@@ -51,6 +51,7 @@ fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> S
         pods: None,
         pods_alive: false,
         suspended_again,
+        found_released: false,
         strict_default: None,
         now_ms: NOW_MS,
         jitter_salt: 7,
@@ -228,5 +229,47 @@ fn a_sent_back_unit_whose_job_still_runs_keeps_holding_until_it_is_held() {
     assert_eq!(
         desired_membership(&rec, Some(&job(true, json!({}))), false),
         Membership::Absent
+    );
+}
+
+#[test]
+fn a_release_cut_short_by_a_leader_change_is_finished_not_redone() {
+    let key: Key = "ns/u".into();
+    let rec = unit(json!({ "phase": "Dequeued", "attempts": 1 }));
+    let held = job(true, json!({}));
+    let view = |found_released| UnitView {
+        key: &key,
+        rec: &rec,
+        job: Some(&held),
+        queue: None,
+        pods: None,
+        pods_alive: false,
+        suspended_again: true,
+        found_released,
+        strict_default: None,
+        now_ms: NOW_MS,
+        jitter_salt: 7,
+    };
+    // Found released, never seen running: the hold is lifted, the attempt kept.
+    let step = next_step(&view(true));
+    assert!(
+        matches!(
+            &step.intent,
+            Some(Intent {
+                write: Write::Release {
+                    attempts: None,
+                    admissions: None,
+                    ..
+                },
+                on_submit: OnSubmit::Keep
+            })
+        ),
+        "{:?}",
+        step.intent
+    );
+    // Seen running since, then held: suspended again, it waits again.
+    assert_eq!(
+        summary(&next_step(&view(false))),
+        Some(("Phase Enqueued".to_string(), OnSubmit::Free))
     );
 }
