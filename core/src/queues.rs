@@ -60,7 +60,7 @@ pub(crate) struct QueueEntry {
     pub head: Option<WaitKey>,
     /// `Priority` policy: the first unit that does not fit, which reserves
     /// from some time on (see `reserve.rs`).
-    pub reservation: Option<crate::reserve::Reservation>,
+    pub reservation: Option<Reservation>,
 }
 
 impl QueueEntry {
@@ -115,5 +115,20 @@ impl Queues {
 
     pub fn get_mut(&mut self, id: QueueId) -> Option<&mut QueueEntry> {
         self.entries.get_mut(id.index())
+    }
+}
+
+/// A queue's head that does not fit, and from when it reserves.
+#[derive(Clone, Debug)]
+pub(crate) struct Reservation {
+    pub key: WaitKey,
+    /// The resource it is short of.
+    pub resource: super::ids::ResId,
+    pub from_ms: i64,
+}
+
+impl Reservation {
+    pub fn active(&self, now_ms: i64) -> bool {
+        now_ms >= self.from_ms
     }
 }

@@ -12,26 +12,11 @@
 use std::sync::Arc;
 
 use super::cycle::Pass;
-use super::ids::{ResId, UnitId};
+use super::ids::UnitId;
 use koord_queue_model::Reserve;
 
-use super::queues::WaitKey;
+use super::queues::{Reservation, WaitKey};
 use super::reason::{Blocker, WaitReason};
-
-/// A queue's head that does not fit, and from when it reserves.
-#[derive(Clone, Debug)]
-pub(crate) struct Reservation {
-    pub key: WaitKey,
-    /// The resource it is short of.
-    pub resource: ResId,
-    pub from_ms: i64,
-}
-
-impl Reservation {
-    pub fn active(&self, now_ms: i64) -> bool {
-        now_ms >= self.from_ms
-    }
-}
 
 impl Pass<'_> {
     /// The unit at `wk` was just found not to fit: it becomes the queue's
