@@ -377,3 +377,94 @@ async fn a_unit_deleted_while_no_scheduler_runs_is_found_at_startup() {
         .unwrap();
     second.stop().await.unwrap();
 }
+
+/// Quota is freed when a job's pods are gone, not when the job goes: the
+/// job is deleted while its pod cannot go yet (a finalizer, as a pod
+/// running out a long grace period); its unit's quota stays held until the
+/// pod is gone, and only then may the waiting job use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_stays_held_while_a_deleted_jobs_pod_still_runs() {
+    use k8s_openapi::api::core::v1::Pod;
+    use koord_queue_tests::control_plane::Nodes;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let cp = shared::own(Tier::Two(Nodes::default())).await.unwrap();
+    let _webhook = webhook::start_and_register(&cp).await.unwrap();
+    let replica = scheduler::start_leader(&cp, scheduler::test_args("faults-pods"))
+        .await
+        .unwrap();
+    let client = cp.client().await.unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    create_quota_serving(&client, "fp", None, false, ("2", "2"), None, &[ns.as_str()])
+        .await
+        .unwrap();
+    kubectl_create_job(&cp, &ns, &job_yaml("a", "fp", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "a", &[Running], LONG)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = pods
+        .list(&ListParams::default().labels("job-name=a"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .and_then(|p| p.metadata.name)
+        .expect("a's pod");
+    let finalizer = json_patch_finalizer(true);
+    pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&finalizer))
+        .await
+        .unwrap();
+    kubectl_create_job(&cp, &ns, &job_yaml("b", "fp", "2", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "b", &[Enqueued], LONG)
+        .await
+        .unwrap();
+
+    // a goes (its unit with it, by garbage collection); its pod cannot yet.
+    Api::<Job>::namespaced(client.clone(), &ns)
+        .delete("a", &DeleteParams::background())
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || async {
+        Ok(pods.get(&pod).await?.metadata.deletion_timestamp.is_some())
+    })
+    .await
+    .expect("a's pod is being deleted");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        e2e::phase_of(&client, &ns, "b").await.unwrap(),
+        Some(Enqueued),
+        "b waits while a's pod runs"
+    );
+    assert_eq!(
+        metrics::scheduler_quota_used(replica.admin_addr, "fp", "cpu")
+            .await
+            .unwrap(),
+        2000.0,
+        "a's quota is held while its pod runs"
+    );
+    // The pod goes: b is released.
+    pods.patch(
+        &pod,
+        &PatchParams::default(),
+        &Patch::Merge(&json_patch_finalizer(false)),
+    )
+    .await
+    .unwrap();
+    wait_phase(&client, &ns, "b", &[Dequeued, Running], LONG)
+        .await
+        .unwrap();
+    replica.stop().await.unwrap();
+}
+
+fn json_patch_finalizer(on: bool) -> serde_json::Value {
+    if on {
+        serde_json::json!({ "metadata": { "finalizers": ["koord-queue.test/keep"] } })
+    } else {
+        serde_json::json!({ "metadata": { "finalizers": null } })
+    }
+}
