@@ -123,6 +123,32 @@ fn namespace_labels(name: &str, opted_in: bool) -> BTreeMap<&str, &str> {
     labels
 }
 
+/// The chart's appVersion is the release (the workspace version the
+/// binaries report in `--version`), and the default tag of all three images.
+#[test]
+fn the_app_version_is_the_release_and_the_default_image_tag() {
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(chart["appVersion"], version);
+    let docs = render(&["--set", "certs.mode=self-signed"]);
+    for component in ["webhook", "scheduler", "certs"] {
+        let deployment = find(&docs, "Deployment", &format!("koord-queue-{component}"));
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+            format!("koord-queue/koord-queue-{component}:{version}"),
+            "{component}"
+        );
+    }
+    let docs = render(&["--set", "webhook.image.tag=custom"]);
+    let webhook = find(&docs, "Deployment", "koord-queue-webhook");
+    assert_eq!(
+        webhook["spec"]["template"]["spec"]["containers"][0]["image"],
+        "koord-queue/koord-queue-webhook:custom"
+    );
+}
+
 #[test]
 fn helm_lint_passes_for_the_defaults_and_each_cert_mode() {
     let chart = chart_dir();

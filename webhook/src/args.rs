@@ -10,7 +10,7 @@ use koord_queue_runtime::{LogFormat, parse_duration};
 #[derive(Clone, Debug, clap::Parser)]
 #[command(
     name = "koord-queue-webhook",
-    version,
+    version = env!("KOORD_QUEUE_VERSION"),
     about = "Koord-Queue admission webhook"
 )]
 pub struct Args {

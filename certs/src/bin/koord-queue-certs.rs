@@ -15,7 +15,7 @@ use koord_queue_certs::{Authority, Error, ServingNames, write_pem_pair};
 #[derive(Debug, Parser)]
 #[command(
     name = "koord-queue-certs",
-    version,
+    version = env!("KOORD_QUEUE_VERSION"),
     about = "Mint TLS material for Koord-Queue"
 )]
 struct Args {
