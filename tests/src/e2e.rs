@@ -95,6 +95,27 @@ pub async fn create_quota_serving(
     Ok(())
 }
 
+/// Creates a leaf ElasticQuota `name` (min/max CPU) in `namespace`: it
+/// serves the jobs of that namespace.
+pub async fn create_quota_in(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    min_cpu: &str,
+    max_cpu: &str,
+) -> Result<()> {
+    let quota: ElasticQuota = serde_json::from_value(json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": { "min": { "cpu": min_cpu }, "max": { "cpu": max_cpu } },
+    }))?;
+    Api::<ElasticQuota>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &quota)
+        .await
+        .with_context(|| format!("creating quota {namespace}/{name}"))?;
+    Ok(())
+}
+
 /// A parent quota and one leaf under it, both with min 0 and `max_cpu`.
 pub async fn create_quota_pair(
     client: &kube::Client,

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod background;
+pub mod cert_manager;
 pub mod control_plane;
 pub mod e2e;
 pub mod fixtures;

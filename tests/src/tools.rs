@@ -23,6 +23,12 @@ pub enum Tool {
     Kubectl,
     /// helm.
     Helm,
+    /// cert-manager's controller (`cmd/controller`).
+    CertManagerController,
+    /// cert-manager's CA injector (`cmd/cainjector`).
+    CertManagerCainjector,
+    /// cert-manager's CRDs (a YAML file, the module's `deploy/crds`).
+    CertManagerCrds,
 }
 
 impl Tool {
@@ -36,6 +42,9 @@ impl Tool {
             Self::Kwok => "kwok",
             Self::Kubectl => "kubectl",
             Self::Helm => "helm",
+            Self::CertManagerController => "cert-manager-controller",
+            Self::CertManagerCainjector => "cert-manager-cainjector",
+            Self::CertManagerCrds => "cert-manager-crds.yaml",
         }
     }
 }

@@ -641,8 +641,25 @@ fn each_cert_mode_renders_its_certificate_objects() {
     assert!(!kinds(&docs).contains(&"Issuer".to_string()));
     assert_eq!(
         find(&docs, "Certificate", "koord-queue-webhook")["spec"]["issuerRef"],
-        json!({ "name": "corp-ca", "kind": "ClusterIssuer" })
+        json!({ "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io" })
     );
+    // kind and group are written even when not given: without cert-manager's
+    // webhook nobody defaults them. Extra names cover a webhook called by URL.
+    let docs = render(&[
+        "--set",
+        "certs.certManager.issuerRef.name=corp-ca",
+        "--set-json",
+        r#"certs.certManager.ipAddresses=["127.0.0.1"]"#,
+        "--set-json",
+        r#"certs.certManager.extraDnsNames=["webhook.example"]"#,
+    ]);
+    let cert = find(&docs, "Certificate", "koord-queue-webhook");
+    assert_eq!(
+        cert["spec"]["issuerRef"],
+        json!({ "name": "corp-ca", "kind": "Issuer", "group": "cert-manager.io" })
+    );
+    assert_eq!(cert["spec"]["ipAddresses"], json!(["127.0.0.1"]));
+    assert_eq!(cert["spec"]["dnsNames"][4], "webhook.example");
 
     // self-signed: the bootstrap Deployment with its own narrow RBAC.
     let docs = render(&["--set", "certs.mode=self-signed"]);
