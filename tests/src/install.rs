@@ -117,24 +117,32 @@ impl LocalInstall {
 
     /// `helm install` into `cp` (values from a file: the CA's PEM spans lines).
     pub async fn install(&self, cp: &ControlPlane) -> Result<String> {
+        self.helm_release(cp, "install", &chart_dir()).await
+    }
+
+    /// `helm <verb>` (`install` or `upgrade`) of `chart` with these values.
+    pub async fn helm_release(
+        &self,
+        cp: &ControlPlane,
+        verb: &str,
+        chart: &Path,
+    ) -> Result<String> {
         let values = cp.dir().join(format!("{}-values.yaml", self.release));
         std::fs::write(&values, serde_yaml::to_string(&self.values())?)?;
-        let chart = chart_dir();
-        helm_ok(
-            &cp.dir().join("helm"),
-            Some(cp.kubeconfig()),
-            &[
-                "install",
-                &self.release,
-                &chart.display().to_string(),
-                "--namespace",
-                &self.namespace,
-                "--create-namespace",
-                "--values",
-                &values.display().to_string(),
-            ],
-        )
-        .await
+        let mut args = vec![
+            verb.to_string(),
+            self.release.clone(),
+            chart.display().to_string(),
+            "--namespace".into(),
+            self.namespace.clone(),
+            "--values".into(),
+            values.display().to_string(),
+        ];
+        if verb == "install" {
+            args.push("--create-namespace".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        helm_ok(&cp.dir().join("helm"), Some(cp.kubeconfig()), &args).await
     }
 
     /// Name of a component's objects (Deployment, ServiceAccount, ...).
