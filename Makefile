@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 
-.PHONY: help provision crds build lint test cluster run bench-e2e bench-memory
+.PHONY: help provision crds build lint test cluster run bench-e2e bench-memory images image-binaries push
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,6 +24,15 @@ lint: ## rustfmt and clippy (warnings are errors)
 
 test: provision ## Provision what is missing, then run every test of the workspace
 	$(CARGO) test --workspace
+
+images: ## Build the three images as OCI archives into <target dir>/images (buildah, podman or docker; installs buildah when none works)
+	@CARGO=$(CARGO) images/build.sh
+
+image-binaries: ## Only the static binaries of the images, into <target dir>/images/context
+	@CARGO=$(CARGO) images/build.sh binaries
+
+push: ## Push the images to $(REGISTRY) (REGISTRY=registry.example.com/platform; TLS_VERIFY=false for plain HTTP)
+	@REGISTRY=$(REGISTRY) images/push.sh
 
 cluster: provision ## Run a local control plane (tier 2, 3 kwok nodes) until Ctrl-C
 	$(CARGO) run -q -p koord-queue-tests --bin local-cluster
