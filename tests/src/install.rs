@@ -127,8 +127,22 @@ impl LocalInstall {
         verb: &str,
         chart: &Path,
     ) -> Result<String> {
-        let values = cp.dir().join(format!("{}-values.yaml", self.release));
-        std::fs::write(&values, serde_yaml::to_string(&self.values())?)?;
+        self.helm_release_with(cp, verb, chart, &self.values())
+            .await
+    }
+
+    /// [`LocalInstall::helm_release`] with other `values` (e.g. only the
+    /// job kinds an older chart knows).
+    pub async fn helm_release_with(
+        &self,
+        cp: &ControlPlane,
+        verb: &str,
+        chart: &Path,
+        values: &serde_json::Value,
+    ) -> Result<String> {
+        let values_file = cp.dir().join(format!("{}-values.yaml", self.release));
+        std::fs::write(&values_file, serde_yaml::to_string(values)?)?;
+        let values = values_file;
         let mut args = vec![
             verb.to_string(),
             self.release.clone(),

@@ -147,8 +147,18 @@ async fn helm_upgrade_from_the_previous_chart_releases_and_loses_nothing() {
 
     // 1. The previous chart, its components, and jobs in every state: one
     // finished, two running (the quota is full), two waiting.
+    // Its values schema knows only its own job kinds.
+    let previous_values: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(previous_chart().join("values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut values = install.values();
+    values["extension"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|kind, _| previous_values["extension"].get(kind).is_some());
     install
-        .helm_release(&cp, "install", &previous_chart())
+        .helm_release_with(&cp, "install", &previous_chart(), &values)
         .await
         .unwrap();
     crds_established(&client).await;
