@@ -2,7 +2,8 @@
 //! on a local control plane that has neither: the containers of the
 //! chart's Deployments run as processes of the harness, from their images
 //! (pulled from a registry), with their pod's args and env, the Secrets and
-//! ConfigMaps they mount written as files the way the kubelet writes them,
+//! ConfigMaps they mount written as files the way the kubelet writes them
+//! (and rewritten when they change),
 //! and their ServiceAccount's identity (a TokenRequest kubeconfig in place
 //! of the mounted token). kwok reports the pods Running; these processes do
 //! the work. Their listening addresses move to free loopback ports, and the
@@ -33,6 +34,8 @@ use crate::process::{Process, free_port};
 pub struct Pods {
     /// One process per Deployment, by Deployment name.
     pub processes: BTreeMap<String, Process>,
+    /// The tasks that keep mounted Secrets and ConfigMaps up to date.
+    syncs: Vec<tokio::task::JoinHandle<()>>,
     /// Where the webhook serves admission reviews.
     pub webhook_addr: Option<SocketAddr>,
     /// Admin endpoints by Deployment name.
@@ -50,6 +53,9 @@ impl Pods {
 
     /// Stops every process (the pods are gone).
     pub fn stop(mut self) {
+        for task in &self.syncs {
+            task.abort();
+        }
         for p in self.processes.values_mut() {
             p.terminate(Duration::from_secs(5));
         }
@@ -126,6 +132,35 @@ fn write_volume(dir: &Path, files: &Files) -> Result<()> {
     crate::cert_manager::write_like_kubelet(dir, &list)
 }
 
+/// Rewrites a mounted volume when its Secret or ConfigMap changes, as the
+/// kubelet does (it checks about once a minute; this, every second).
+fn keep_in_sync(
+    client: kube::Client,
+    ns: String,
+    pod: PodSpec,
+    volume: String,
+    dir: PathBuf,
+    mut current: Files,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match volume_files(&client, &ns, &pod, &volume).await {
+                Ok(files) if files != current => {
+                    if let Err(error) = write_volume(&dir, &files) {
+                        tracing::warn!(%error, volume, "cannot update a mounted volume");
+                        continue;
+                    }
+                    tracing::info!(volume, "mounted volume updated");
+                    current = files;
+                }
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, volume, "volume not readable"),
+            }
+        }
+    })
+}
+
 /// The first container and pod spec of Deployment `ns/name`.
 async fn template(client: &kube::Client, ns: &str, name: &str) -> Result<(PodSpec, Container)> {
     let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
@@ -162,6 +197,7 @@ async fn run_deployment(
     ns: &str,
     name: &str,
     registry: SocketAddr,
+    syncs: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Result<(Process, BTreeMap<u16, u16>)> {
     let client = cp.client().await?;
     let (pod, container) = template(&client, ns, name).await?;
@@ -185,6 +221,14 @@ async fn run_deployment(
             .join(mount.mount_path.trim_start_matches('/'));
         let files = volume_files(&client, ns, &pod, &mount.name).await?;
         write_volume(&local, &files)?;
+        syncs.push(keep_in_sync(
+            client.clone(),
+            ns.to_string(),
+            pod.clone(),
+            mount.name.clone(),
+            local.clone(),
+            files,
+        ));
         mounts.push((mount.mount_path.clone(), local));
     }
     let pod_name = format!("{name}-local-0");
@@ -346,6 +390,7 @@ pub async fn run_release(
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let mut pods = Pods {
         processes: BTreeMap::new(),
+        syncs: Vec::new(),
         webhook_addr: None,
         admin_addrs: BTreeMap::new(),
     };
@@ -353,11 +398,11 @@ pub async fn run_release(
     let webhook = format!("{release}-webhook");
     let scheduler = format!("{release}-scheduler");
     if deployments.get_opt(&certs).await?.is_some() {
-        let (p, _) = run_deployment(cp, ns, &certs, registry).await?;
+        let (p, _) = run_deployment(cp, ns, &certs, registry, &mut pods.syncs).await?;
         pods.processes.insert(certs, p);
     }
     for name in [&webhook, &scheduler] {
-        let (p, ports) = run_deployment(cp, ns, name, registry).await?;
+        let (p, ports) = run_deployment(cp, ns, name, registry, &mut pods.syncs).await?;
         let (_, container) = template(&client, ns, name).await?;
         for port in container.ports.unwrap_or_default() {
             let Some(local) = u16::try_from(port.container_port)
