@@ -456,11 +456,14 @@ async fn a_job_kind_installed_later_is_followed_without_restart() {
     })
     .await
     .expect("the TFJob is released once its kind is followed");
+    // The release writes the unit, then lifts the job's hold.
+    fixtures::eventually(Duration::from_secs(15), || async {
+        let job = serde_json::to_value(tfjobs.get("late-tf").await?)?;
+        Ok(job["spec"]["runPolicy"]["suspend"] == serde_json::json!(false))
+    })
+    .await
+    .expect("the TFJob's hold is lifted");
     let released = serde_json::to_value(tfjobs.get("late-tf").await.unwrap()).unwrap();
-    assert_eq!(
-        released["spec"]["runPolicy"]["suspend"],
-        serde_json::json!(false)
-    );
     assert!(
         released["metadata"]["annotations"]
             .get(keys::SUSPEND_ANNOTATION)
