@@ -34,6 +34,42 @@ pub struct RuntimeOptions {
     pub class_runtimes: bool,
     /// Job status writes in flight at most.
     pub write_concurrency: usize,
+    /// How long a job create or status write that fails for a reason a
+    /// retry can cure (the API server or the webhook unreachable) is
+    /// retried: at least 5 attempts, and attempts go on until this much
+    /// time has passed since the first (zero: 5 attempts). The chaos run
+    /// sets it so that an outage delays jobs instead of losing them.
+    pub retry_for: Duration,
+}
+
+/// Failed job create attempts, as the creators saw them: each failed
+/// attempt (it is retried) by cause, and the jobs that needed a retry.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CreateFailures {
+    /// Failed attempts by cause (see [`create_failure_cause`]).
+    pub attempts_by_cause: std::collections::BTreeMap<String, u64>,
+    /// Jobs with at least one failed attempt.
+    pub jobs: usize,
+    /// Jobs never created (every attempt failed).
+    pub gave_up: usize,
+    /// The first failures: (seconds since the start, job, cause, error).
+    pub examples: Vec<(f64, String, String, String)>,
+}
+
+/// Why a job create failed, in a word: `webhook_call_failed` (the API
+/// server could not call the webhook: with failurePolicy Fail the create
+/// is refused), `webhook_denied` (the webhook answered and refused),
+/// `api_<code>` (another answer of the API server), `api_unreachable` (no
+/// answer: connection refused or cut).
+pub fn create_failure_cause(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(e) if e.message.contains("failed calling webhook") => {
+            "webhook_call_failed".into()
+        }
+        kube::Error::Api(e) if e.message.contains("denied the request") => "webhook_denied".into(),
+        kube::Error::Api(e) => format!("api_{}", e.code),
+        _ => "api_unreachable".into(),
+    }
 }
 
 /// What happened to one job (seconds since the start of the phase).
@@ -61,6 +97,7 @@ pub struct JobTimeline {
 struct State {
     jobs: Vec<JobTimeline>,
     running: Usage,
+    create_failures: CreateFailures,
 }
 
 /// The job runtime and recorder.
@@ -113,6 +150,7 @@ impl Runner {
             state: Mutex::new(State {
                 jobs: vec![JobTimeline::default(); shape.jobs.len()],
                 running: Usage::new(&shape, limits),
+                create_failures: CreateFailures::default(),
             }),
             shape,
             t0: Instant::now(),
@@ -172,6 +210,50 @@ impl Runner {
         {
             job.created.get_or_insert(t);
         }
+    }
+
+    /// Job `i`'s timeline.
+    pub fn timeline(&self, i: usize) -> Option<JobTimeline> {
+        self.state.lock().ok().and_then(|s| s.jobs.get(i).cloned())
+    }
+
+    /// The failed job create attempts so far.
+    pub fn create_failures(&self) -> CreateFailures {
+        self.state
+            .lock()
+            .map(|s| s.create_failures.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records a failed create attempt of job `i` (`first`: its first).
+    fn record_create_failure(&self, i: usize, first: bool, error: &kube::Error) {
+        let t = self.now();
+        let cause = create_failure_cause(error);
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let f = &mut st.create_failures;
+        *f.attempts_by_cause.entry(cause.clone()).or_default() += 1;
+        if first {
+            f.jobs += 1;
+        }
+        if f.examples.len() < 20 {
+            let job = &self.shape.jobs[i];
+            let name = format!("{}/{}", self.shape.leaves[job.leaf].namespace, job.name);
+            f.examples.push((t, name, cause, error.to_string()));
+        }
+    }
+
+    fn record_create_given_up(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.create_failures.gave_up += 1;
+        }
+    }
+
+    /// Whether another attempt is due after `attempt` failed ones, the
+    /// first sent at `started`.
+    fn retry_due(&self, attempt: u32, started: Instant) -> bool {
+        attempt < 5 || started.elapsed() < self.options.retry_for
     }
 
     /// Every job's timeline.
@@ -353,7 +435,10 @@ impl Runner {
         let ns = &self.shape.leaves[job.leaf].namespace;
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
         let mut last = String::new();
-        for attempt in 0..5u32 {
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        while self.retry_due(attempt, started) {
+            attempt += 1;
             let result = {
                 let _permit = self.writes.acquire().await;
                 if !self.current(i, generation) {
@@ -374,7 +459,8 @@ impl Runner {
                 }
                 Err(error) => {
                     last = error.to_string();
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    let wait = Duration::from_millis(50 << (attempt - 1).min(5));
+                    tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
                 }
             }
         }
@@ -418,21 +504,50 @@ pub async fn create(
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     runner.mark_created(i);
     let mut last = None;
-    for attempt in 0..5u32 {
+    let started = Instant::now();
+    let mut attempt = 0u32;
+    while runner.retry_due(attempt, started) {
         match api.create(&PostParams::default(), manifest).await {
             Ok(created) => return Ok(created),
+            // A retry of a create that was stored although its answer was
+            // lost, too.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                return api.get(&job.name).await.context("reading an existing job");
+                return read_existing(&api, runner, &job.name, started).await;
             }
             Err(error) => {
+                runner.record_create_failure(i, attempt == 0, &error);
                 last = Some(error);
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                let wait = Duration::from_millis(100 << attempt.min(4));
+                tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
             }
         }
+        attempt += 1;
     }
+    runner.record_create_given_up();
     match last {
         Some(error) => Err(error).with_context(|| format!("creating job {ns}/{}", job.name)),
         None => bail!("creating job {ns}/{}", job.name),
+    }
+}
+
+/// Reads job `name` back after a create answered 409, retried as the
+/// create is.
+async fn read_existing(
+    api: &Api<Job>,
+    runner: &Runner,
+    name: &str,
+    started: Instant,
+) -> Result<Job> {
+    let mut attempt = 0u32;
+    loop {
+        match api.get(name).await {
+            Ok(job) => return Ok(job),
+            Err(error) if !runner.retry_due(attempt, started) => {
+                return Err(error).context("reading an existing job");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+        attempt += 1;
     }
 }
 

@@ -158,6 +158,7 @@ async fn run(cli: Cli) -> Result<bool> {
         mark_running: !cli.no_running_status,
         class_runtimes: true,
         write_concurrency: cli.runtime_concurrency,
+        retry_for: Duration::ZERO,
     };
     let stats = Arc::new(ApiStats::default());
     let mut results = Vec::new();
