@@ -307,3 +307,48 @@ async fn connect_live(states: &[BackendState], first: usize) -> Option<(usize, T
 async fn relay(mut down: TcpStream, mut up: TcpStream) {
     let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend that answers each connection with its name and closes it.
+    async fn named(name: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let _ = c.write_all(name).await;
+            }
+        });
+        (addr, task)
+    }
+
+    async fn ask(balancer: &Balancer) -> Vec<u8> {
+        let mut c = TcpStream::connect(balancer.addr()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn connections_go_in_turn_to_the_backends_that_accept_them() {
+        let (a, a_task) = named(b"a").await;
+        let (b, _b_task) = named(b"b").await;
+        let backends = [a, b].map(|addr| Backend { addr, readyz: None });
+        let balancer = Balancer::start(&backends).await.unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(ask(&balancer).await);
+        }
+        assert!(seen.contains(&b"a".to_vec()) && seen.contains(&b"b".to_vec()));
+        // a goes away: every connection reaches b.
+        a_task.abort();
+        let _ = a_task.await;
+        for _ in 0..4 {
+            assert_eq!(ask(&balancer).await, b"b");
+        }
+        assert_eq!(balancer.unserved(), 0);
+        assert_eq!(balancer.connections().iter().sum::<u64>(), 8);
+    }
+}
