@@ -85,6 +85,9 @@ pub struct JobTimeline {
     pub finished: Option<f64>,
     /// The completion was sent (the job's pods are done from then on).
     pub completion_sent: Option<f64>,
+    /// The completion write was answered OK (the API says complete from
+    /// then on, whenever this runtime's watch shows it).
+    pub completion_written: Option<f64>,
     released_now: bool,
     generation: u64,
     /// resourceVersion of the newest state seen: an older one is ignored.
@@ -98,6 +101,69 @@ struct State {
     jobs: Vec<JobTimeline>,
     running: Usage,
     create_failures: CreateFailures,
+    /// Violations beyond the CPU of jobs whose completion was written (the
+    /// first 20 in detail) and how many.
+    beyond_completed: (Vec<RunningViolation>, usize),
+}
+
+/// A quota found above its max by the CPU of running jobs, with the jobs
+/// counted in it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunningViolation {
+    /// The violation (`finished_jobs_cpu`: CPU of counted jobs whose
+    /// completion had been written, not yet seen back).
+    pub violation: super::quota::Violation,
+    /// The jobs counted in the quota then: (job, seen released at,
+    /// completion written at), at most 60.
+    pub jobs: Vec<(String, f64, Option<f64>)>,
+}
+
+impl State {
+    /// Each of `found` with the CPU, in its quota, of the jobs counted
+    /// running whose completion the API server already accepted: their
+    /// pods are done and the API says so, the runtime has not seen its own
+    /// write come back yet (its watch lags, say relisting after
+    /// kube-apiserver restarted), while the scheduler may have seen it and
+    /// given the quota to another job. A violation beyond that CPU is one
+    /// the scheduler made.
+    fn classify(&mut self, shape: &Shape, leaf: usize, found: Vec<super::quota::Violation>) {
+        for mut v in found {
+            let parent = self.running.parent_of(leaf);
+            let in_scope = |l: usize| match v.level {
+                "leaf" => l == leaf,
+                "parent" => self.running.parent_of(l) == parent,
+                _ => true,
+            };
+            let mut sent = 0i64;
+            let mut jobs = Vec::new();
+            for (i, j) in self.jobs.iter().enumerate() {
+                let planned = &shape.jobs[i];
+                if !j.released_now || !in_scope(planned.leaf) {
+                    continue;
+                }
+                if j.completion_written.is_some() {
+                    sent += i64::from(CLASSES[planned.class].cpu) * 1000;
+                }
+                if jobs.len() < 60 {
+                    let name = format!("{}/{}", shape.leaves[planned.leaf].namespace, planned.name);
+                    jobs.push((
+                        name,
+                        j.releases.last().copied().unwrap_or(0.0),
+                        j.completion_written,
+                    ));
+                }
+            }
+            v.finished_jobs_cpu = Some(sent as f64 / 1000.0);
+            if v.used_cpu - sent as f64 / 1000.0 > v.max_cpu + 1e-9 {
+                self.beyond_completed.1 += 1;
+                if self.beyond_completed.0.len() < 20 {
+                    self.beyond_completed
+                        .0
+                        .push(RunningViolation { violation: v, jobs });
+                }
+            }
+        }
+    }
 }
 
 /// The job runtime and recorder.
@@ -151,6 +217,7 @@ impl Runner {
                 jobs: vec![JobTimeline::default(); shape.jobs.len()],
                 running: Usage::new(&shape, limits),
                 create_failures: CreateFailures::default(),
+                beyond_completed: (Vec::new(), 0),
             }),
             shape,
             t0: Instant::now(),
@@ -278,6 +345,15 @@ impl Runner {
             .unwrap_or_default()
     }
 
+    /// Violations of the running-jobs check beyond the CPU of jobs whose
+    /// completion was written and not seen back yet: examples and count.
+    pub fn violations_beyond_completed(&self) -> (Vec<RunningViolation>, usize) {
+        self.state
+            .lock()
+            .map(|s| s.beyond_completed.clone())
+            .unwrap_or_default()
+    }
+
     /// The running-jobs quota accounting.
     pub fn running_usage(&self) -> Option<Usage> {
         self.state.lock().ok().map(|s| s.running.clone())
@@ -359,7 +435,10 @@ impl Runner {
             timeline.releases.push(t);
             timeline.generation += 1;
             let generation = timeline.generation;
-            st.running.change(leaf, cpu, t, &object);
+            let found = st.running.change(leaf, cpu, t, &object);
+            if !found.is_empty() {
+                st.classify(&self.shape, leaf, found);
+            }
             drop(guard);
             // A job released again whose pods-deleted write did not land
             // yet keeps its startTime: the API server refuses to change it.
@@ -417,8 +496,17 @@ impl Runner {
                 condition("Complete", "CompletionsReached"),
             ],
         });
-        self.patch_status(i, &json!({ "status": status }), generation)
-            .await;
+        if self
+            .patch_status(i, &json!({ "status": status }), generation)
+            .await
+        {
+            let t = self.now();
+            if let Ok(mut st) = self.state.lock()
+                && st.jobs[i].generation == generation
+            {
+                st.jobs[i].completion_written.get_or_insert(t);
+            }
+        }
     }
 
     fn current(&self, i: usize, generation: u64) -> bool {
@@ -430,7 +518,8 @@ impl Runner {
     /// Writes job `i`'s status while the job is still in `generation`
     /// (released, or suspended again): a write overtaken by a newer state
     /// (e.g. a completion racing a reclaim) is dropped, not an error.
-    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) {
+    /// Whether the write was answered OK.
+    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) -> bool {
         let job = &self.shape.jobs[i];
         let ns = &self.shape.leaves[job.leaf].namespace;
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
@@ -442,15 +531,15 @@ impl Runner {
             let result = {
                 let _permit = self.writes.acquire().await;
                 if !self.current(i, generation) {
-                    return;
+                    return false;
                 }
                 api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
             };
             match result {
-                Ok(_) => return,
-                Err(kube::Error::Api(e)) if e.code == 404 => return,
-                Err(_) if !self.current(i, generation) => return,
+                Ok(_) => return true,
+                Err(kube::Error::Api(e)) if e.code == 404 => return false,
+                Err(_) if !self.current(i, generation) => return false,
                 // Refused for the job's state (say, pods removed from a job
                 // released again meanwhile): no retry changes that.
                 Err(kube::Error::Api(e)) if e.code == 422 => {
@@ -475,6 +564,7 @@ impl Runner {
         if let Ok(now) = api.get(&job.name).await {
             self.on_job(&now);
         }
+        false
     }
 }
 

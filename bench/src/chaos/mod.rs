@@ -559,13 +559,14 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
 
     // The checks.
     let running_usage = runner.running_usage();
-    let running_violations = running_usage.as_ref().map_or(0, |u| u.violation_count);
+    let running_recorded = running_usage.as_ref().map_or(0, |u| u.violation_count);
+    let (running_examples, running_violations) = runner.violations_beyond_completed();
     let unit_usage = checker.usage();
     let unit_recorded = unit_usage.as_ref().map_or(0, |u| u.violation_count);
     let (unit_examples, unit_violations) = checker.violation_examples();
     if running_violations > 0 {
         failures.push(format!(
-            "{running_violations} quota violations by the CPU of running jobs"
+            "{running_violations} quota violations by the CPU of running jobs (beyond jobs whose completion was written)"
         ));
     }
     if unit_violations > 0 {
@@ -710,9 +711,11 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
         "checks": {
             "quota_violations": {
                 "running_jobs": running_violations,
+                "running_jobs_recorded": running_recorded,
                 "queue_units_beyond_finished_jobs": unit_violations,
                 "queue_units_recorded": unit_recorded,
-                "running_examples": running_usage.as_ref().map(|u| u.violations.clone()).unwrap_or_default(),
+                "running_examples": running_examples,
+                "running_recorded_examples": running_usage.as_ref().map(|u| u.violations.clone()).unwrap_or_default(),
                 "queue_unit_examples": unit_examples,
             },
             "double_releases": {
