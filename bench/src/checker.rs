@@ -3,7 +3,13 @@
 //! `status.admissions` of every unit in a quota-holding phase (architecture §3
 //! rule 2) each time a unit's holding changes, and checks every level
 //! against its max at each increase. It also counts units that reached
-//! Succeed and entries into TimeoutBackoff (reclaims).
+//! Succeed and entries into TimeoutBackoff (reclaims), and follows each
+//! unit's releases: a release is an increase of `status.attempts` (every
+//! release writes the unit's attempts + 1), and between two releases the
+//! unit must have been sent back — seen in a phase that holds no quota
+//! (Enqueued, TimeoutBackoff, …) — or its job seen suspended again. Two
+//! releases without that are a double release (see
+//! [`Checker::double_releases`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,6 +32,45 @@ struct Unit {
     held: i64,
     phase: Option<QueueUnitPhase>,
     job: Option<usize>,
+    /// `status.attempts` last seen.
+    attempts: i64,
+    /// When its last release (attempts increase) was seen.
+    last_release: Option<f64>,
+    /// Seen sent back (a phase that holds no quota and is not an end)
+    /// since its last release.
+    sent_back: bool,
+    /// The watch's list generation when its last release was seen.
+    release_list: u64,
+    /// The watch's list generation when it was last seen.
+    seen_list: u64,
+}
+
+/// Two releases of a unit seen without the unit being sent back between
+/// them (a candidate double release, confirmed against the job's
+/// suspensions by [`Checker::double_releases`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReleasePair {
+    /// `namespace/name` of the unit.
+    pub unit: String,
+    /// `namespace/name` of its job.
+    pub job: Option<String>,
+    #[serde(skip)]
+    job_index: Option<usize>,
+    /// When the earlier release was seen (seconds since the start).
+    pub first_release_s: f64,
+    /// When the later one was seen.
+    pub second_release_s: f64,
+    /// `status.attempts` before and after the later release.
+    pub attempts: (i64, i64),
+    /// The unit's phase before and after the later release.
+    pub phases: (Option<String>, Option<String>),
+    /// The watch relisted between the two (a 410 Gone or a restarted API
+    /// server): the unit's states between them may not all have been seen.
+    pub across_relist: bool,
+    /// The job's suspensions seen by the job runtime, and its releases.
+    pub job_suspensions_s: Vec<f64>,
+    /// The job's releases seen by the job runtime.
+    pub job_releases_s: Vec<f64>,
 }
 
 #[derive(Debug)]
@@ -39,6 +84,12 @@ struct State {
     examples: Vec<Violation>,
     /// Violations not explained by units of finished jobs.
     beyond_finished: usize,
+    /// Lists of the watch (the first one and every relist): when.
+    lists: Vec<f64>,
+    /// Releases seen (increases of a unit's attempts).
+    releases: usize,
+    /// Release pairs without a send-back seen between them.
+    release_pairs: Vec<ReleasePair>,
 }
 
 /// The QueueUnit observer.
@@ -88,6 +139,9 @@ impl Checker {
                 entered: BTreeMap::new(),
                 examples: Vec::new(),
                 beyond_finished: 0,
+                lists: Vec::new(),
+                releases: 0,
+                release_pairs: Vec::new(),
             }),
             runner,
             shape,
@@ -105,6 +159,7 @@ impl Checker {
                         this.on_unit(&unit, false)
                     }
                     Ok(Some(watcher::Event::Delete(unit))) => this.on_unit(&unit, true),
+                    Ok(Some(watcher::Event::Init)) => this.on_list(),
                     Ok(Some(_)) => {}
                     Ok(None) => return,
                     Err(error) => tracing::warn!(%error, "queue unit watch"),
@@ -123,6 +178,13 @@ impl Checker {
             && let Some(task) = slot.take()
         {
             task.abort();
+        }
+    }
+
+    fn on_list(&self) {
+        let t = self.t0.elapsed().as_secs_f64();
+        if let Ok(mut st) = self.state.lock() {
+            st.lists.push(t);
         }
     }
 
@@ -145,15 +207,54 @@ impl Checker {
             .and_then(|name| self.shape.job_index(ns, name));
         let held = if deleted { 0 } else { held_cpu(unit) };
         let phase = unit.status.as_ref().and_then(|s| s.phase);
+        let attempts = unit.status.as_ref().and_then(|s| s.attempts).unwrap_or(0);
         let Ok(mut guard) = self.state.lock() else {
             return;
         };
         let st = &mut *guard;
+        let list = st.lists.len() as u64;
         let entry = st.units.entry(key.clone()).or_insert_with(|| Unit {
             leaf,
             job,
             ..Unit::default()
         });
+        let mut pair = None;
+        let released = !deleted && attempts > entry.attempts;
+        // Seen before, through one watch: every write in between was seen,
+        // so attempts rise by one a release.
+        let seen_through = entry.phase.is_some() && entry.seen_list == list;
+        if released {
+            let unsent = entry.last_release.is_some() && !entry.sent_back;
+            let jumped = seen_through && attempts - entry.attempts >= 2;
+            if unsent || jumped {
+                let first = entry.last_release.unwrap_or(t);
+                pair = Some(ReleasePair {
+                    unit: key.clone(),
+                    job: job.map(|j| {
+                        let p = &self.shape.jobs[j];
+                        format!("{}/{}", self.shape.leaves[p.leaf].namespace, p.name)
+                    }),
+                    job_index: job,
+                    first_release_s: first,
+                    second_release_s: t,
+                    attempts: (entry.attempts, attempts),
+                    phases: (
+                        entry.phase.map(|p| format!("{p:?}")),
+                        phase.map(|p| format!("{p:?}")),
+                    ),
+                    across_relist: entry.release_list != list,
+                    job_suspensions_s: Vec::new(),
+                    job_releases_s: Vec::new(),
+                });
+            }
+            entry.last_release = Some(t);
+            entry.sent_back = false;
+            entry.release_list = list;
+        } else if phase.is_some_and(|p| !p.holds_quota() && !p.is_finished()) {
+            entry.sent_back = true;
+        }
+        entry.attempts = entry.attempts.max(attempts);
+        entry.seen_list = list;
         if phase != entry.phase
             && let Some(p) = phase
         {
@@ -167,6 +268,12 @@ impl Checker {
         let delta = held - entry.held;
         entry.held = held;
         let leaf = entry.leaf;
+        if released {
+            st.releases += 1;
+        }
+        if let Some(pair) = pair {
+            st.release_pairs.push(pair);
+        }
         for mut v in st.usage.change(leaf, delta, t, &key) {
             let stale = self.finished_cpu(st, &v, leaf);
             v.finished_jobs_cpu = Some(stale);
@@ -210,6 +317,47 @@ impl Checker {
             .lock()
             .map(|s| (s.examples.clone(), s.beyond_finished))
             .unwrap_or_default()
+    }
+
+    /// Releases seen (increases of a unit's `status.attempts`).
+    pub fn releases(&self) -> usize {
+        self.state.lock().map(|s| s.releases).unwrap_or(0)
+    }
+
+    /// When the watch listed (the first list, then every relist).
+    pub fn lists(&self) -> Vec<f64> {
+        self.state
+            .lock()
+            .map(|s| s.lists.clone())
+            .unwrap_or_default()
+    }
+
+    /// Double releases: a unit released again (its attempts increased)
+    /// while, since its previous release, it was never seen sent back and
+    /// the job runtime never saw its job suspended. Each pair carries the
+    /// job's releases and suspensions as the runtime saw them.
+    pub fn double_releases(&self) -> Vec<ReleasePair> {
+        let pairs = self
+            .state
+            .lock()
+            .map(|s| s.release_pairs.clone())
+            .unwrap_or_default();
+        pairs
+            .into_iter()
+            .filter_map(|mut pair| {
+                if let (Some(runner), Some(i)) = (&self.runner, pair.job_index)
+                    && let Some(timeline) = runner.timeline(i)
+                {
+                    let (from, to) = (pair.first_release_s, pair.second_release_s);
+                    if timeline.suspensions.iter().any(|s| *s >= from && *s <= to) {
+                        return None;
+                    }
+                    pair.job_suspensions_s = timeline.suspensions;
+                    pair.job_releases_s = timeline.releases;
+                }
+                Some(pair)
+            })
+            .collect()
     }
 
     /// Units that reached Succeed.

@@ -117,17 +117,8 @@ impl Components {
                 key_pem: cert.key_pem,
             },
         )?;
-        let capacity = match options.root_cpu {
-            Some(cpu) => format!("{{cpu: \"{cpu}\"}}"),
-            None => "unlimited".to_string(),
-        };
         let config_path = cp.dir().join("bench-scheduler-config.yaml");
-        std::fs::write(
-            &config_path,
-            format!(
-                "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: {capacity}\n"
-            ),
-        )?;
+        std::fs::write(&config_path, scheduler_config(options.root_cpu))?;
         let mut args = {
             use clap::Parser;
             koord_queue_scheduler::Args::parse_from(["koord-queue-scheduler"])
@@ -155,29 +146,7 @@ impl Components {
             || scheduler.is_leader() && scheduler.readiness.check().is_ok(),
         )
         .await?;
-        let queues: Api<Queue> = Api::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let names: std::collections::HashSet<String> = queues
-                .list(&Default::default())
-                .await?
-                .items
-                .into_iter()
-                .filter_map(|q| q.metadata.name)
-                .collect();
-            let missing = shape
-                .leaves
-                .iter()
-                .filter(|l| !names.contains(&l.name))
-                .count();
-            if missing == 0 {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("the scheduler has not created the Queues of {missing} leaf quotas");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_for_queues(&admin, shape, Duration::from_secs(120)).await?;
         Ok(Self {
             scheduler_admin: scheduler.admin_addr,
             webhook_admin: webhook.admin_addr,
@@ -216,6 +185,45 @@ impl Drop for Components {
         self.scheduler.take();
         self.webhook.take();
         self.shutdown_runtimes();
+    }
+}
+
+/// The scheduler's plugin configuration: Priority, then ElasticQuota with
+/// the root capacity (`None`: unlimited).
+pub fn scheduler_config(root_cpu: Option<u32>) -> String {
+    let capacity = match root_cpu {
+        Some(cpu) => format!("{{cpu: \"{cpu}\"}}"),
+        None => "unlimited".to_string(),
+    };
+    format!(
+        "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: {capacity}\n"
+    )
+}
+
+/// Waits until the scheduler has created a Queue for every leaf quota.
+pub async fn wait_for_queues(admin: &kube::Client, shape: &Shape, timeout: Duration) -> Result<()> {
+    let queues: Api<Queue> = Api::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let names: std::collections::HashSet<String> = queues
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|q| q.metadata.name)
+            .collect();
+        let missing = shape
+            .leaves
+            .iter()
+            .filter(|l| !names.contains(&l.name))
+            .count();
+        if missing == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the scheduler has not created the Queues of {missing} leaf quotas");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

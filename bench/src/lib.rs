@@ -5,6 +5,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod api_stats;
+pub mod chaos;
 pub mod checker;
 pub mod components;
 pub mod floor;

@@ -162,7 +162,7 @@ where
 
 /// Creates the PriorityClasses, the creators' RBAC, the quota tree and the
 /// namespaces.
-async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Result<()> {
+pub async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Result<()> {
     fixtures::apply_koord_queue_crds(admin).await?;
     fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
     let classes: Api<PriorityClass> = Api::all(admin.clone());

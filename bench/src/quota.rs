@@ -46,8 +46,9 @@ pub struct Violation {
     pub max_cpu: f64,
     /// The object whose increase exceeded it (`namespace/name`).
     pub object: String,
-    /// CPU that units of jobs already seen complete still held in that
-    /// quota at that moment (QueueUnit check only).
+    /// QueueUnit check: CPU that units of jobs already seen complete still
+    /// held in that quota at that moment. Running-jobs check (chaos run):
+    /// CPU of counted jobs whose completion had been written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_jobs_cpu: Option<f64>,
 }

@@ -34,6 +34,42 @@ pub struct RuntimeOptions {
     pub class_runtimes: bool,
     /// Job status writes in flight at most.
     pub write_concurrency: usize,
+    /// How long a job create or status write that fails for a reason a
+    /// retry can cure (the API server or the webhook unreachable) is
+    /// retried: at least 5 attempts, and attempts go on until this much
+    /// time has passed since the first (zero: 5 attempts). The chaos run
+    /// sets it so that an outage delays jobs instead of losing them.
+    pub retry_for: Duration,
+}
+
+/// Failed job create attempts, as the creators saw them: each failed
+/// attempt (it is retried) by cause, and the jobs that needed a retry.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CreateFailures {
+    /// Failed attempts by cause (see [`create_failure_cause`]).
+    pub attempts_by_cause: std::collections::BTreeMap<String, u64>,
+    /// Jobs with at least one failed attempt.
+    pub jobs: usize,
+    /// Jobs never created (every attempt failed).
+    pub gave_up: usize,
+    /// The first failures: (seconds since the start, job, cause, error).
+    pub examples: Vec<(f64, String, String, String)>,
+}
+
+/// Why a job create failed, in a word: `webhook_call_failed` (the API
+/// server could not call the webhook: with failurePolicy Fail the create
+/// is refused), `webhook_denied` (the webhook answered and refused),
+/// `api_<code>` (another answer of the API server), `api_unreachable` (no
+/// answer: connection refused or cut).
+pub fn create_failure_cause(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(e) if e.message.contains("failed calling webhook") => {
+            "webhook_call_failed".into()
+        }
+        kube::Error::Api(e) if e.message.contains("denied the request") => "webhook_denied".into(),
+        kube::Error::Api(e) => format!("api_{}", e.code),
+        _ => "api_unreachable".into(),
+    }
 }
 
 /// What happened to one job (seconds since the start of the phase).
@@ -49,6 +85,9 @@ pub struct JobTimeline {
     pub finished: Option<f64>,
     /// The completion was sent (the job's pods are done from then on).
     pub completion_sent: Option<f64>,
+    /// The completion write was answered OK (the API says complete from
+    /// then on, whenever this runtime's watch shows it).
+    pub completion_written: Option<f64>,
     released_now: bool,
     generation: u64,
     /// resourceVersion of the newest state seen: an older one is ignored.
@@ -61,6 +100,70 @@ pub struct JobTimeline {
 struct State {
     jobs: Vec<JobTimeline>,
     running: Usage,
+    create_failures: CreateFailures,
+    /// Violations beyond the CPU of jobs whose completion was written (the
+    /// first 20 in detail) and how many.
+    beyond_completed: (Vec<RunningViolation>, usize),
+}
+
+/// A quota found above its max by the CPU of running jobs, with the jobs
+/// counted in it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunningViolation {
+    /// The violation (`finished_jobs_cpu`: CPU of counted jobs whose
+    /// completion had been written, not yet seen back).
+    pub violation: super::quota::Violation,
+    /// The jobs counted in the quota then: (job, seen released at,
+    /// completion written at), at most 60.
+    pub jobs: Vec<(String, f64, Option<f64>)>,
+}
+
+impl State {
+    /// Each of `found` with the CPU, in its quota, of the jobs counted
+    /// running whose completion the API server already accepted: their
+    /// pods are done and the API says so, the runtime has not seen its own
+    /// write come back yet (its watch lags, say relisting after
+    /// kube-apiserver restarted), while the scheduler may have seen it and
+    /// given the quota to another job. A violation beyond that CPU is one
+    /// the scheduler made.
+    fn classify(&mut self, shape: &Shape, leaf: usize, found: Vec<super::quota::Violation>) {
+        for mut v in found {
+            let parent = self.running.parent_of(leaf);
+            let in_scope = |l: usize| match v.level {
+                "leaf" => l == leaf,
+                "parent" => self.running.parent_of(l) == parent,
+                _ => true,
+            };
+            let mut sent = 0i64;
+            let mut jobs = Vec::new();
+            for (i, j) in self.jobs.iter().enumerate() {
+                let planned = &shape.jobs[i];
+                if !j.released_now || !in_scope(planned.leaf) {
+                    continue;
+                }
+                if j.completion_written.is_some() {
+                    sent += i64::from(CLASSES[planned.class].cpu) * 1000;
+                }
+                if jobs.len() < 60 {
+                    let name = format!("{}/{}", shape.leaves[planned.leaf].namespace, planned.name);
+                    jobs.push((
+                        name,
+                        j.releases.last().copied().unwrap_or(0.0),
+                        j.completion_written,
+                    ));
+                }
+            }
+            v.finished_jobs_cpu = Some(sent as f64 / 1000.0);
+            if v.used_cpu - sent as f64 / 1000.0 > v.max_cpu + 1e-9 {
+                self.beyond_completed.1 += 1;
+                if self.beyond_completed.0.len() < 20 {
+                    self.beyond_completed
+                        .0
+                        .push(RunningViolation { violation: v, jobs });
+                }
+            }
+        }
+    }
 }
 
 /// The job runtime and recorder.
@@ -113,6 +216,8 @@ impl Runner {
             state: Mutex::new(State {
                 jobs: vec![JobTimeline::default(); shape.jobs.len()],
                 running: Usage::new(&shape, limits),
+                create_failures: CreateFailures::default(),
+                beyond_completed: (Vec::new(), 0),
             }),
             shape,
             t0: Instant::now(),
@@ -174,6 +279,50 @@ impl Runner {
         }
     }
 
+    /// Job `i`'s timeline.
+    pub fn timeline(&self, i: usize) -> Option<JobTimeline> {
+        self.state.lock().ok().and_then(|s| s.jobs.get(i).cloned())
+    }
+
+    /// The failed job create attempts so far.
+    pub fn create_failures(&self) -> CreateFailures {
+        self.state
+            .lock()
+            .map(|s| s.create_failures.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records a failed create attempt of job `i` (`first`: its first).
+    fn record_create_failure(&self, i: usize, first: bool, error: &kube::Error) {
+        let t = self.now();
+        let cause = create_failure_cause(error);
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let f = &mut st.create_failures;
+        *f.attempts_by_cause.entry(cause.clone()).or_default() += 1;
+        if first {
+            f.jobs += 1;
+        }
+        if f.examples.len() < 20 {
+            let job = &self.shape.jobs[i];
+            let name = format!("{}/{}", self.shape.leaves[job.leaf].namespace, job.name);
+            f.examples.push((t, name, cause, error.to_string()));
+        }
+    }
+
+    fn record_create_given_up(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.create_failures.gave_up += 1;
+        }
+    }
+
+    /// Whether another attempt is due after `attempt` failed ones, the
+    /// first sent at `started`.
+    fn retry_due(&self, attempt: u32, started: Instant) -> bool {
+        attempt < 5 || started.elapsed() < self.options.retry_for
+    }
+
     /// Every job's timeline.
     pub fn timelines(&self) -> Vec<JobTimeline> {
         self.state
@@ -193,6 +342,15 @@ impl Runner {
                     .map(|j| j.finished.is_some() || j.completion_sent.is_some())
                     .collect()
             })
+            .unwrap_or_default()
+    }
+
+    /// Violations of the running-jobs check beyond the CPU of jobs whose
+    /// completion was written and not seen back yet: examples and count.
+    pub fn violations_beyond_completed(&self) -> (Vec<RunningViolation>, usize) {
+        self.state
+            .lock()
+            .map(|s| s.beyond_completed.clone())
             .unwrap_or_default()
     }
 
@@ -277,7 +435,10 @@ impl Runner {
             timeline.releases.push(t);
             timeline.generation += 1;
             let generation = timeline.generation;
-            st.running.change(leaf, cpu, t, &object);
+            let found = st.running.change(leaf, cpu, t, &object);
+            if !found.is_empty() {
+                st.classify(&self.shape, leaf, found);
+            }
             drop(guard);
             // A job released again whose pods-deleted write did not land
             // yet keeps its startTime: the API server refuses to change it.
@@ -335,8 +496,17 @@ impl Runner {
                 condition("Complete", "CompletionsReached"),
             ],
         });
-        self.patch_status(i, &json!({ "status": status }), generation)
-            .await;
+        if self
+            .patch_status(i, &json!({ "status": status }), generation)
+            .await
+        {
+            let t = self.now();
+            if let Ok(mut st) = self.state.lock()
+                && st.jobs[i].generation == generation
+            {
+                st.jobs[i].completion_written.get_or_insert(t);
+            }
+        }
     }
 
     fn current(&self, i: usize, generation: u64) -> bool {
@@ -348,24 +518,28 @@ impl Runner {
     /// Writes job `i`'s status while the job is still in `generation`
     /// (released, or suspended again): a write overtaken by a newer state
     /// (e.g. a completion racing a reclaim) is dropped, not an error.
-    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) {
+    /// Whether the write was answered OK.
+    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) -> bool {
         let job = &self.shape.jobs[i];
         let ns = &self.shape.leaves[job.leaf].namespace;
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
         let mut last = String::new();
-        for attempt in 0..5u32 {
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        while self.retry_due(attempt, started) {
+            attempt += 1;
             let result = {
                 let _permit = self.writes.acquire().await;
                 if !self.current(i, generation) {
-                    return;
+                    return false;
                 }
                 api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
             };
             match result {
-                Ok(_) => return,
-                Err(kube::Error::Api(e)) if e.code == 404 => return,
-                Err(_) if !self.current(i, generation) => return,
+                Ok(_) => return true,
+                Err(kube::Error::Api(e)) if e.code == 404 => return false,
+                Err(_) if !self.current(i, generation) => return false,
                 // Refused for the job's state (say, pods removed from a job
                 // released again meanwhile): no retry changes that.
                 Err(kube::Error::Api(e)) if e.code == 422 => {
@@ -374,7 +548,8 @@ impl Runner {
                 }
                 Err(error) => {
                     last = error.to_string();
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    let wait = Duration::from_millis(50 << (attempt - 1).min(5));
+                    tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
                 }
             }
         }
@@ -389,6 +564,7 @@ impl Runner {
         if let Ok(now) = api.get(&job.name).await {
             self.on_job(&now);
         }
+        false
     }
 }
 
@@ -418,21 +594,50 @@ pub async fn create(
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     runner.mark_created(i);
     let mut last = None;
-    for attempt in 0..5u32 {
+    let started = Instant::now();
+    let mut attempt = 0u32;
+    while runner.retry_due(attempt, started) {
         match api.create(&PostParams::default(), manifest).await {
             Ok(created) => return Ok(created),
+            // A retry of a create that was stored although its answer was
+            // lost, too.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                return api.get(&job.name).await.context("reading an existing job");
+                return read_existing(&api, runner, &job.name, started).await;
             }
             Err(error) => {
+                runner.record_create_failure(i, attempt == 0, &error);
                 last = Some(error);
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                let wait = Duration::from_millis(100 << attempt.min(4));
+                tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
             }
         }
+        attempt += 1;
     }
+    runner.record_create_given_up();
     match last {
         Some(error) => Err(error).with_context(|| format!("creating job {ns}/{}", job.name)),
         None => bail!("creating job {ns}/{}", job.name),
+    }
+}
+
+/// Reads job `name` back after a create answered 409, retried as the
+/// create is.
+async fn read_existing(
+    api: &Api<Job>,
+    runner: &Runner,
+    name: &str,
+    started: Instant,
+) -> Result<Job> {
+    let mut attempt = 0u32;
+    loop {
+        match api.get(name).await {
+            Ok(job) => return Ok(job),
+            Err(error) if !runner.retry_due(attempt, started) => {
+                return Err(error).context("reading an existing job");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+        attempt += 1;
     }
 }
 

@@ -11,6 +11,12 @@
 //! work done by a null scheduler). Writes `e2e-<scale>.json` and
 //! `e2e-<scale>.svg` into `--out-dir`. Fails when a quota was exceeded or a
 //! job did not finish. See docs/performance.md.
+//!
+//! `--phases chaos` (`make bench-chaos`) runs the `run` phase's workload
+//! instead with the webhook and the scheduler as separate processes, two of
+//! each, and faults injected on a schedule; writes `chaos-<scale>.json`.
+//! Fails on a quota violation, a double release, an unfinished job or
+//! quota left held. See docs/reliability.md.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -21,6 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use koord_queue_bench::api_stats::ApiStats;
+use koord_queue_bench::chaos::{self, ChaosConfig, faults::FaultKind, faults::FaultPlan};
 use koord_queue_bench::components::SchedulerOptions;
 use koord_queue_bench::output;
 use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
@@ -53,7 +60,7 @@ struct Cli {
     /// Override the number of parent quotas (Kueue cohorts).
     #[arg(long)]
     cohorts: Option<usize>,
-    /// Phases to run, in order.
+    /// Phases to run, in order; or `chaos` alone (docs/reliability.md).
     #[arg(long, value_delimiter = ',', default_value = "run,saturated,floor")]
     phases: Vec<String>,
     /// Rounds of the saturated run and the floor (alternating); the round
@@ -87,6 +94,45 @@ struct Cli {
     /// A phase fails when its jobs have not all finished by then.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
+    /// Chaos: from the start of one fault to the start of the next.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    fault_interval: Duration,
+    /// Chaos: the faults, injected in this order, round and round
+    /// (kill-leader, kill-webhook, restart-apiserver, compact-etcd,
+    /// delay-leader).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill-leader,kill-webhook,restart-apiserver,compact-etcd,delay-leader"
+    )]
+    faults: Vec<String>,
+    /// Chaos: how long a killed scheduler or webhook stays down.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    restart_after: Duration,
+    /// Chaos: delay of every chunk of the slowed leader's API traffic. Past
+    /// the Lease duration (15 s) a renewal lands after the Lease expired,
+    /// so the standby takes over while the stalled leader's writes are
+    /// still on their way (a shorter delay only makes it step down and
+    /// take its own Lease back).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    delay_chunk: Duration,
+    /// Chaos: how long the leader's API traffic is slowed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    delay_for: Duration,
+    /// Chaos: how long a failed job create or job status write is retried.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    retry_for: Duration,
+    /// Chaos: how long the quota may take to read 0 once every job finished.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    settle: Duration,
+    /// Chaos: directory of koord-queue-scheduler and koord-queue-webhook
+    /// (default: this binary's).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Chaos: where every process's log is copied (default
+    /// `target/bench-chaos/logs-<scale>`).
+    #[arg(long)]
+    logs_dir: Option<PathBuf>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -120,6 +166,12 @@ async fn run(cli: Cli) -> Result<bool> {
         cli.queues.unwrap_or(queues),
         cli.cohorts.unwrap_or(cohorts),
     )?);
+    if cli.phases.iter().any(|p| p.trim() == "chaos") {
+        if cli.phases.len() != 1 {
+            bail!("--phases chaos runs alone");
+        }
+        return run_chaos(&cli, shape).await;
+    }
     let kinds = cli
         .phases
         .iter()
@@ -158,6 +210,7 @@ async fn run(cli: Cli) -> Result<bool> {
         mark_running: !cli.no_running_status,
         class_runtimes: true,
         write_concurrency: cli.runtime_concurrency,
+        retry_for: Duration::ZERO,
     };
     let stats = Arc::new(ApiStats::default());
     let mut results = Vec::new();
@@ -234,6 +287,121 @@ async fn run(cli: Cli) -> Result<bool> {
         return Ok(false);
     }
     Ok(true)
+}
+
+/// `--phases chaos`: docs/reliability.md.
+async fn run_chaos(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
+    std::fs::create_dir_all(&cli.out_dir)
+        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+    koord_queue_certs::install_crypto_provider();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let source = source_revision();
+    let load = proc_stats::load_average();
+    let kinds = cli
+        .faults
+        .iter()
+        .map(|f| FaultKind::parse(f))
+        .collect::<Result<Vec<_>>>()?;
+    let plan = FaultPlan {
+        kinds,
+        interval: cli.fault_interval,
+        restart_after: cli.restart_after,
+        delay_chunk: cli.delay_chunk,
+        delay_for: cli.delay_for,
+    };
+    let config = ChaosConfig {
+        scheduler: SchedulerOptions {
+            write_concurrency: cli.write_concurrency,
+            status_interval: cli.status_interval,
+            job_events: cli.job_events,
+            cycle_batch: cli.cycle_batch,
+            root_cpu: None,
+        },
+        runtime: RuntimeOptions {
+            mark_running: !cli.no_running_status,
+            class_runtimes: true,
+            write_concurrency: cli.runtime_concurrency,
+            retry_for: cli.retry_for,
+        },
+        plan: plan.clone(),
+        timeout: cli.timeout,
+        settle: cli.settle,
+        bin_dir: cli.bin_dir.clone(),
+        logs_dir: cli.logs_dir.clone().unwrap_or_else(|| {
+            PathBuf::from("target/bench-chaos").join(format!("logs-{}", shape.scale))
+        }),
+    };
+    eprintln!(
+        "bench-e2e chaos: {} jobs, {} leaf quotas, {} parents; load average {:?}",
+        shape.jobs.len(),
+        shape.leaves.len(),
+        shape.parents.len(),
+        load.unwrap_or_default()
+    );
+    let (mut json, failures) = chaos::run(shape.clone(), &config).await?;
+    json["benchmark"] =
+        json!("koord-queue chaos run (issue 18): Kueue's baseline shape with faults");
+    json["command"] = json!(command);
+    json["source"] = source;
+    json["settings"] = json!({
+        "faults": chaos::plan_json(&plan),
+        "runtime_concurrency": cli.runtime_concurrency,
+        "runtime_marks_running": !cli.no_running_status,
+        "retry_for": format!("{:?}", cli.retry_for),
+        "settle": format!("{:?}", cli.settle),
+        "scheduler": {
+            "processes": 2,
+            "write_concurrency": cli.write_concurrency,
+            "status_interval": format!("{:?}", cli.status_interval),
+            "job_events": cli.job_events,
+            "cycle_batch": format!("{:?}", cli.cycle_batch),
+            "enabled_kinds": "batchjob",
+            "lease": { "name": chaos::LEASE, "duration": "15s", "renew_deadline": "10s", "retry_period": "2s", "fencing_policy": true },
+        },
+        "webhook": { "processes": 2, "behind": "a TCP balancer to the ready backends" },
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load,
+        },
+        "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhooks and schedulers as separate processes",
+    });
+    let path = cli.out_dir.join(format!("chaos-{}.json", shape.scale));
+    std::fs::write(&path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", chaos_text(&json));
+    println!("  results: {}", path.display());
+    if failures.is_empty() {
+        return Ok(true);
+    }
+    for f in &failures {
+        eprintln!("bench-e2e chaos: FAILED: {f}");
+    }
+    Ok(false)
+}
+
+/// The chaos run's summary for the terminal.
+fn chaos_text(json: &serde_json::Value) -> String {
+    let checks = &json["checks"];
+    format!(
+        "chaos {}: {} in {} s (jobs done at {} s); faults {} {}\n  quota violations: running jobs {}, QueueUnits {}; double releases {}; finished {}/{}; at the end QueueUnits hold {} m, the leader counts {}\n  relists {} (dropped records {}); create failures {}; passed: {}",
+        json["scale"],
+        json["jobs"],
+        json["wall_seconds"],
+        json["jobs_done_at_s"],
+        json["faults"]["injected"],
+        json["faults"]["by_kind"],
+        checks["quota_violations"]["running_jobs"],
+        checks["quota_violations"]["queue_units_beyond_finished_jobs"],
+        checks["double_releases"]["count"],
+        checks["finished"]["jobs_finished"],
+        json["jobs"],
+        checks["quota_at_end"]["queue_units_holding_cpu_m"],
+        checks["quota_at_end"]["leader_quota_used_sum"],
+        json["schedulers"]["watch_relists_total"],
+        json["schedulers"]["relist_dropped_records_total"],
+        json["admission"]["create_failures"]["attempts_by_cause"],
+        json["passed"],
+    )
 }
 
 /// The commit the benchmark was built from and whether the tree had changes.

@@ -1,0 +1,791 @@
+//! The chaos run (issue 18, docs/reliability.md): Kueue's baseline shape as
+//! the `run` phase plays it — paced arrivals, class runtimes, the quota
+//! tree with its real limits — on a fresh tier 1 control plane, with the
+//! components as separate processes (two schedulers on one Lease, each
+//! through its own proxy; two webhooks behind a balancer) and faults
+//! injected on a schedule while the jobs flow ([`faults`]). Checked from
+//! outside, all the time: the CPU of running jobs and of what the
+//! QueueUnits hold never above a quota's max (the job runtime and the
+//! QueueUnit checker of the other phases), no unit released twice without
+//! being sent back in between, every job finished, and at the end nothing
+//! held — by the QueueUnits nor in the leader's own figures.
+
+pub mod faults;
+pub mod fleet;
+pub mod monitor;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use koord_queue_api::ResourceListExt as _;
+use koord_queue_api::{QueueUnit, Resources, keys};
+use koord_queue_tests::kubeconfig::Credentials;
+use koord_queue_tests::proxy::{Backend, Balancer, Proxy};
+use koord_queue_tests::webhook::SCHEDULER_USER;
+use koord_queue_tests::{ControlPlane, Tier, fixtures, install};
+use kube::api::Api;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex as AsyncMutex, watch};
+
+use self::faults::{FaultKind, FaultPlan, FaultRecord};
+use self::fleet::{Fleet, Member, free_addr, wait_admin};
+use self::monitor::Monitor;
+use super::api_stats::{self, ApiStats, Component};
+use super::checker::Checker;
+use super::components::{self, SchedulerOptions};
+use super::phase::{self, BENCH_USER, PhaseKind};
+use super::report;
+use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
+use super::shape::{CLASSES, Shape};
+
+/// The schedulers' Lease (and the release name of the fencing policy).
+pub const LEASE: &str = "bench-scheduler";
+
+/// Log filter of the component processes.
+const LOG_LEVEL: &str = "info,kube=warn";
+
+/// Settings of the chaos run.
+#[derive(Clone, Debug)]
+pub struct ChaosConfig {
+    /// The schedulers' flags (the root capacity comes from the shape).
+    pub scheduler: SchedulerOptions,
+    /// The job runtime's (its retries should outlast an API outage).
+    pub runtime: RuntimeOptions,
+    /// The faults.
+    pub plan: FaultPlan,
+    /// The run fails when its jobs have not all finished by then.
+    pub timeout: Duration,
+    /// How long the quota may take to read 0 everywhere once every job
+    /// finished.
+    pub settle: Duration,
+    /// Where the component binaries are (default: next to this binary).
+    pub bin_dir: Option<PathBuf>,
+    /// Where every process's logs are copied at the end.
+    pub logs_dir: PathBuf,
+}
+
+fn arg(name: &str, value: impl std::fmt::Display) -> [String; 2] {
+    [format!("--{name}"), value.to_string()]
+}
+
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+fn env(kubeconfig: &Path) -> Vec<(String, OsString)> {
+    vec![
+        ("KUBECONFIG".into(), kubeconfig.as_os_str().to_owned()),
+        // The component's own filter, whatever this process was given.
+        ("RUST_LOG".into(), LOG_LEVEL.into()),
+    ]
+}
+
+/// Starts both webhooks (flags as the in-process one of the other phases:
+/// the scheduler's user, cross-namespace quotas, the serving certificate
+/// from one directory; admin credentials), the balancer in front of them,
+/// and registers the balancer with the API server.
+async fn start_webhooks(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    program: &Path,
+) -> Result<(Vec<Member>, Balancer)> {
+    let tls_dir = cp.dir().join("bench-webhook-tls");
+    koord_queue_tests::webhook::write_serving_cert(cp, &tls_dir)?;
+    let mut members = Vec::new();
+    let mut backends = Vec::new();
+    for i in 0..2 {
+        let (listen, admin_addr) = (free_addr()?, free_addr()?);
+        let args = [
+            arg("listen-addr", listen),
+            arg("admin-addr", admin_addr),
+            arg("tls-dir", tls_dir.display()),
+            arg("cert-reload-interval", "10s"),
+            arg("scheduler-user", SCHEDULER_USER),
+            arg("log-level", LOG_LEVEL),
+        ]
+        .concat()
+        .into_iter()
+        .chain(["--allow-cross-namespace-quota".to_string()])
+        .collect();
+        members.push(Member::new(
+            &format!("webhook-{i}"),
+            program.to_path_buf(),
+            args,
+            env(cp.kubeconfig()),
+            cp.dir(),
+            admin_addr,
+        ));
+        backends.push(Backend {
+            addr: listen,
+            readyz: Some(admin_addr),
+        });
+    }
+    for m in &mut members {
+        m.start()?;
+    }
+    for m in &mut members {
+        wait_admin(m, "/readyz", Duration::from_secs(60)).await?;
+    }
+    let balancer = Balancer::start(&backends).await?;
+    let url = format!("{}/mutate", balancer.url());
+    let config = koord_queue_tests::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
+    let probe_ns = fixtures::create_namespace(admin, true).await?;
+    fixtures::register_mutating_webhook(admin, &config, || {
+        koord_queue_tests::webhook::probe(admin, &probe_ns)
+    })
+    .await?;
+    Ok((members, balancer))
+}
+
+/// Starts both schedulers (flags as the in-process one of the other
+/// phases, plus `--enabled-kinds batchjob`; the scheduler identity's
+/// certificate; each through its own proxy) and waits until one leads, is
+/// ready and has created the Queues.
+async fn start_schedulers(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    shape: &Shape,
+    options: &SchedulerOptions,
+    program: &Path,
+) -> Result<(Vec<Member>, Vec<Proxy>)> {
+    let config_path = cp.dir().join("bench-scheduler-config.yaml");
+    std::fs::write(&config_path, components::scheduler_config(options.root_cpu))?;
+    let cert = cp.pki().client_cert(SCHEDULER_USER, &["system:masters"])?;
+    let credentials = Credentials::Certificate {
+        cert_pem: cert.cert_pem,
+        key_pem: cert.key_pem,
+    };
+    let mut members = Vec::new();
+    let mut proxies = Vec::new();
+    for i in 0..2 {
+        let proxy = Proxy::start(cp.server()).await?;
+        let kubeconfig = cp.write_kubeconfig_via(
+            &format!("bench-scheduler-{i}"),
+            &proxy.url(),
+            SCHEDULER_USER,
+            &credentials,
+        )?;
+        let admin_addr = free_addr()?;
+        let args = [
+            arg("config", config_path.display()),
+            arg("admin-addr", admin_addr),
+            arg("enabled-kinds", "batchjob"),
+            arg("namespace", keys::SYSTEM_NAMESPACE),
+            arg("lease-name", LEASE),
+            arg(
+                "identity",
+                format!("bench-scheduler-{i}-{}", fleet::INCARNATION),
+            ),
+            arg("write-concurrency", options.write_concurrency),
+            arg("status-interval", millis(options.status_interval)),
+            arg("job-events", options.job_events),
+            arg("cycle-batch", millis(options.cycle_batch)),
+            arg("log-level", LOG_LEVEL),
+        ]
+        .concat();
+        members.push(Member::new(
+            &format!("scheduler-{i}"),
+            program.to_path_buf(),
+            args,
+            env(&kubeconfig),
+            cp.dir(),
+            admin_addr,
+        ));
+        proxies.push(proxy);
+    }
+    for m in &mut members {
+        m.start()?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    'lead: loop {
+        for m in &mut members {
+            m.check_alive()?;
+            if let Ok(text) = components::scrape_admin(m.admin).await
+                && components::metric_sum(&text, monitor::LEADER) >= 1.0
+                && matches!(
+                    koord_queue_tests::admin::get(m.admin, "/readyz").await,
+                    Ok((200, _))
+                )
+            {
+                break 'lead;
+            }
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("no scheduler led and was ready within 90 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    components::wait_for_queues(admin, shape, Duration::from_secs(120)).await?;
+    Ok((members, proxies))
+}
+
+/// Two releases of one job in a row without a suspension between them, in
+/// the job runtime's own record.
+fn runtime_double_releases(timelines: &[JobTimeline]) -> usize {
+    timelines
+        .iter()
+        .filter(|j| {
+            let mut events: Vec<(f64, bool)> = j
+                .releases
+                .iter()
+                .map(|t| (*t, true))
+                .chain(j.suspensions.iter().map(|t| (*t, false)))
+                .collect();
+            events.sort_by(|a, b| a.0.total_cmp(&b.0));
+            events.windows(2).any(|w| w[0].1 && w[1].1)
+        })
+        .count()
+}
+
+/// What the QueueUnits hold now, listed afresh.
+struct UnitsNow {
+    /// Units in a phase that holds quota.
+    holding: usize,
+    /// Their CPU, millicores.
+    holding_cpu: i64,
+    /// Units not Succeed.
+    not_done: usize,
+    /// The first of those, with their status and their job as the job
+    /// runtime saw it.
+    not_done_examples: Vec<Value>,
+}
+
+async fn units_now(admin: &kube::Client, shape: &Shape, runner: &Runner) -> Result<UnitsNow> {
+    let api: Api<QueueUnit> = Api::all(admin.clone());
+    let list = api
+        .list(&kube::api::ListParams::default().labels(super::shape::CLASS_LABEL))
+        .await?;
+    let mut holding = 0;
+    let mut cpu = 0;
+    let mut not_done = 0;
+    let mut not_done_examples = Vec::new();
+    for unit in &list.items {
+        let status = unit.status.as_ref();
+        let phase = status.and_then(|s| s.phase);
+        if phase != Some(koord_queue_api::queue_unit::QueueUnitPhase::Succeed) {
+            not_done += 1;
+            if not_done_examples.len() < 20 {
+                let ns = unit.metadata.namespace.as_deref().unwrap_or_default();
+                let job = unit.spec.consumer_ref.name.as_deref().unwrap_or_default();
+                let timeline = shape.job_index(ns, job).and_then(|i| runner.timeline(i));
+                not_done_examples.push(json!({
+                    "unit": format!("{ns}/{}", unit.metadata.name.as_deref().unwrap_or_default()),
+                    "status": {
+                        "phase": phase.map(|p| format!("{p:?}")),
+                        "attempts": status.and_then(|s| s.attempts),
+                        "message": status.and_then(|s| s.message.clone()),
+                        "lastAllocateTime": status.and_then(|s| s.last_allocate_time.clone()),
+                        "lastUpdateTime": status.and_then(|s| s.last_update_time.clone()),
+                    },
+                    "job": format!("{ns}/{job}"),
+                    "job_runtime": timeline.map(|t| json!({
+                        "created_s": t.created, "releases_s": t.releases,
+                        "suspensions_s": t.suspensions, "finished_s": t.finished,
+                    })),
+                }));
+            }
+        }
+        if phase.is_some_and(|p| p.holds_quota()) {
+            holding += 1;
+            cpu += status
+                .map(|s| {
+                    s.admissions
+                        .iter()
+                        .filter_map(|a| Resources::from_list(&a.resources).ok())
+                        .map(|r| r.get("cpu"))
+                        .sum::<i64>()
+                })
+                .unwrap_or(0);
+        }
+    }
+    Ok(UnitsNow {
+        holding,
+        holding_cpu: cpu,
+        not_done,
+        not_done_examples,
+    })
+}
+
+/// The leader's `quota_used` summed over every quota and resource, and who
+/// it is.
+async fn leader_quota_used(fleet: &AsyncMutex<Fleet>) -> Option<(String, f64)> {
+    let (i, text) = monitor::current_leader(fleet).await?;
+    let name = fleet.lock().await.schedulers.get(i)?.name.clone();
+    // + 0.0: an empty sum is -0.0 (a leader that never held anything has
+    // no series).
+    Some((
+        name,
+        components::metric_sum(&text, monitor::QUOTA_USED) + 0.0,
+    ))
+}
+
+/// Copies every `*.log` of the control plane's directory into `to`
+/// (replacing the logs of an earlier run there).
+fn copy_logs(from: &Path, to: &Path) -> Result<usize> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(to)?.flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let mut n = 0;
+    for entry in std::fs::read_dir(from)?.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::copy(&path, to.join(entry.file_name()))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+/// Seconds without a leader between `from` and `to`, per the leadership
+/// changes.
+fn leaderless_between(changes: &[monitor::LeaderChange], from: f64, to: f64) -> f64 {
+    let mut total = 0.0;
+    for (k, c) in changes.iter().enumerate() {
+        if !c.leaders.is_empty() {
+            continue;
+        }
+        let end = changes.get(k + 1).map_or(to, |n| n.at_s);
+        let (a, b) = (c.at_s.max(from), end.min(to));
+        if b > a {
+            total += b - a;
+        }
+    }
+    total
+}
+
+/// Runs the chaos phase and returns its JSON result and the list of what
+/// failed (empty: passed).
+pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<String>)> {
+    let scheduler_bin = fleet::binary(config.bin_dir.as_deref(), "koord-queue-scheduler")?;
+    let webhook_bin = fleet::binary(config.bin_dir.as_deref(), "koord-queue-webhook")?;
+    eprintln!("[chaos] starting a tier 1 control plane");
+    let cp = Arc::new(ControlPlane::start(Tier::One).await?);
+    let stats = Arc::new(ApiStats::default());
+    let admin_path = cp.kubeconfig().to_path_buf();
+    let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
+    phase::prepare(&admin, &shape, PhaseKind::Run).await?;
+    install::fencing_policy(&cp, keys::SYSTEM_NAMESPACE, LEASE).await?;
+
+    eprintln!("[chaos] starting 2 webhooks, the balancer and 2 schedulers (processes)");
+    let (webhooks, balancer) = start_webhooks(&cp, &admin, &webhook_bin).await?;
+    let balancer = Arc::new(balancer);
+    let mut scheduler_options = config.scheduler.clone();
+    scheduler_options.root_cpu = Some(shape.root_cpu);
+    let (schedulers, proxies) =
+        start_schedulers(&cp, &admin, &shape, &scheduler_options, &scheduler_bin).await?;
+    let fleet = Arc::new(AsyncMutex::new(Fleet {
+        schedulers,
+        proxies,
+        webhooks,
+    }));
+
+    let user = cp.pki().client_cert(BENCH_USER, &[])?;
+    let user_path = cp.write_kubeconfig(
+        "bench-user",
+        BENCH_USER,
+        &Credentials::Certificate {
+            cert_pem: user.cert_pem,
+            key_pem: user.key_pem,
+        },
+    )?;
+    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
+    let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
+
+    let load_before = koord_queue_tests::proc_stats::load_average();
+    let n = shape.jobs.len();
+    eprintln!(
+        "[chaos] {n} jobs; faults every {:?}: {}; load average {:?}",
+        config.plan.interval,
+        config
+            .plan
+            .kinds
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        load_before.unwrap_or_default()
+    );
+    let mut runtime = config.runtime.clone();
+    runtime.class_runtimes = true;
+    let runner = Runner::start(shape.clone(), runner_client.clone(), runtime, true);
+    let t0 = runner.t0();
+    let checker = Checker::start(
+        shape.clone(),
+        runner_client.clone(),
+        t0,
+        true,
+        Some(runner.clone()),
+    );
+    let (monitor, monitor_task) =
+        Monitor::start(fleet.clone(), admin.clone(), t0, Duration::from_secs(1));
+    let mut generation = Some(tokio::spawn(runner::create_paced(
+        shape.clone(),
+        runner.clone(),
+        creator,
+        false,
+    )));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let fault_task = tokio::spawn(faults::run(
+        faults::Target {
+            cp: cp.clone(),
+            fleet: fleet.clone(),
+            monitor: monitor.clone(),
+            balancer: balancer.clone(),
+            admin: admin.clone(),
+            t0,
+        },
+        config.plan.clone(),
+        stop_rx,
+    ));
+
+    let mut failures = Vec::new();
+    let mut generation_done_at = None;
+    let mut jobs_finished_at: Option<Instant> = None;
+    let started = Instant::now();
+    let mut last_progress = Instant::now();
+    loop {
+        if let Some(task) = &generation
+            && task.is_finished()
+        {
+            if let Some(task) = generation.take() {
+                match task.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failures.push(format!("job creation failed: {e:#}")),
+                    Err(e) => failures.push(format!("the job creation task failed: {e}")),
+                }
+            }
+            generation_done_at = Some(runner.now());
+        }
+        let finished = runner.finished();
+        let succeeded = checker.succeeded();
+        if generation.is_none() && finished >= n {
+            // Every job ran to its end: its unit must follow, within the
+            // settle time.
+            let since = *jobs_finished_at.get_or_insert_with(Instant::now);
+            if succeeded >= n || since.elapsed() > config.settle {
+                break;
+            }
+        }
+        if generation.is_none() && !failures.is_empty() {
+            break;
+        }
+        if last_progress.elapsed() >= Duration::from_secs(10) {
+            last_progress = Instant::now();
+            let timelines = runner.timelines();
+            let created = timelines.iter().filter(|j| j.created.is_some()).count();
+            let released = timelines.iter().filter(|j| !j.releases.is_empty()).count();
+            eprintln!(
+                "[chaos] {:>6.1}s created {created}/{n} released {released} finished {finished} units succeeded {succeeded}",
+                runner.now()
+            );
+        }
+        if started.elapsed() > config.timeout {
+            failures.push(format!(
+                "not every job finished within {:?}: finished {finished}/{n}, units succeeded {succeeded}/{n}",
+                config.timeout
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jobs_done_at = runner.now();
+    eprintln!("[chaos] {jobs_done_at:>6.1}s jobs done; stopping the faults");
+    let _ = stop_tx.send(true);
+    let fault_records: Vec<FaultRecord> = fault_task.await.unwrap_or_default();
+
+    // Once the faults are healed, nothing may stay held.
+    let settle_deadline = Instant::now() + config.settle;
+    let (leader_view, settled_at) = loop {
+        let units_cpu = checker.usage().map_or(0, |u| u.root_now());
+        let view = leader_quota_used(&fleet).await;
+        if units_cpu == 0 && view.as_ref().is_some_and(|(_, used)| *used == 0.0) {
+            break (view, Some(runner.now()));
+        }
+        if Instant::now() > settle_deadline {
+            break (view, None);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let UnitsNow {
+        holding: units_holding,
+        holding_cpu: units_holding_cpu,
+        not_done: units_not_succeed,
+        not_done_examples,
+    } = units_now(&admin, &shape, &runner).await?;
+    // Final figures of every replica still running.
+    let mut exited = Vec::new();
+    {
+        let mut guard = fleet.lock().await;
+        let f = &mut *guard;
+        for m in f.schedulers.iter_mut().chain(f.webhooks.iter_mut()) {
+            if m.check_alive().is_err() {
+                exited.push(m.name.clone());
+                continue;
+            }
+            if let Ok(text) = components::scrape_admin(m.admin).await {
+                monitor.record(&m.name, m.incarnation(), &text);
+            }
+        }
+    }
+    monitor.read_apiserver(&admin).await;
+    monitor_task.abort();
+    runner.stop();
+    checker.stop();
+
+    let timelines = runner.timelines();
+    let last_finish = timelines
+        .iter()
+        .filter_map(|j| j.finished)
+        .fold(0.0f64, f64::max);
+    let wall_seconds = last_finish
+        .max(checker.last_succeeded_at())
+        .max(generation_done_at.unwrap_or(0.0));
+    let creation_seconds = timelines
+        .iter()
+        .filter_map(|j| j.created)
+        .fold(0.0f64, f64::max);
+
+    // The checks.
+    let running_usage = runner.running_usage();
+    let running_recorded = running_usage.as_ref().map_or(0, |u| u.violation_count);
+    let (running_examples, running_violations) = runner.violations_beyond_completed();
+    let unit_usage = checker.usage();
+    let unit_recorded = unit_usage.as_ref().map_or(0, |u| u.violation_count);
+    let (unit_examples, unit_violations) = checker.violation_examples();
+    if running_violations > 0 {
+        failures.push(format!(
+            "{running_violations} quota violations by the CPU of running jobs (beyond jobs whose completion was written)"
+        ));
+    }
+    if unit_violations > 0 {
+        failures.push(format!(
+            "{unit_violations} quota violations by what QueueUnits hold (beyond finished jobs' CPU)"
+        ));
+    }
+    let doubles = checker.double_releases();
+    let runtime_doubles = runtime_double_releases(&timelines);
+    if !doubles.is_empty() {
+        failures.push(format!(
+            "{} double releases (a unit released again without being sent back)",
+            doubles.len()
+        ));
+    }
+    if runtime_doubles > 0 {
+        failures.push(format!(
+            "{runtime_doubles} jobs released twice without a suspension between (job runtime)"
+        ));
+    }
+    let finished = runner.finished();
+    let succeeded = checker.succeeded();
+    let unfinished: Vec<Value> = timelines
+        .iter()
+        .enumerate()
+        .filter(|(_, j)| j.finished.is_none())
+        .take(10)
+        .map(|(i, j)| {
+            json!({
+                "job": format!("{}/{}", shape.leaves[shape.jobs[i].leaf].namespace, shape.jobs[i].name),
+                "created_s": j.created, "releases_s": j.releases, "suspensions_s": j.suspensions,
+                "transitions": j.transitions,
+            })
+        })
+        .collect();
+    if finished < n || succeeded < n || units_not_succeed > 0 {
+        failures.push(format!(
+            "unfinished: {finished}/{n} jobs finished, {succeeded}/{n} units seen Succeed, {units_not_succeed} units not Succeed at the end"
+        ));
+    }
+    let leader_used = leader_view.as_ref().map(|(_, u)| *u);
+    if units_holding > 0 || units_holding_cpu != 0 {
+        failures.push(format!(
+            "leaked quota: {units_holding} QueueUnits still hold {units_holding_cpu} m CPU at the end"
+        ));
+    }
+    match &leader_view {
+        Some((_, used)) if *used == 0.0 => {}
+        Some((name, used)) => failures.push(format!(
+            "leaked quota: the leader {name} still counts {used} used (quota_used summed) {:?} after the last job",
+            config.settle
+        )),
+        None => failures.push("no scheduler led at the end".to_string()),
+    }
+    for f in &fault_records {
+        if let Some(e) = &f.error {
+            failures.push(format!("fault {} at {:.1}s: {e}", f.kind.name(), f.at_s));
+        }
+    }
+    for name in &exited {
+        failures.push(format!("{name} exited by itself (see its log)"));
+    }
+
+    // Figures.
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in fault_records.iter().filter(|f| f.injected) {
+        *by_kind.entry(f.kind.name()).or_default() += 1;
+    }
+    let leadership = monitor.leadership();
+    let end = runner.now();
+    let fault_json: Vec<Value> = fault_records
+        .iter()
+        .enumerate()
+        .map(|(k, f)| {
+            let until = fault_records.get(k + 1).map_or(end, |n| n.at_s);
+            let before = leadership
+                .iter()
+                .rev()
+                .find(|c| c.at_s <= f.at_s)
+                .map(|c| c.leaders.clone())
+                .unwrap_or_default();
+            let after = leadership
+                .iter()
+                .rev()
+                .find(|c| c.at_s <= until)
+                .map(|c| c.leaders.clone())
+                .unwrap_or_default();
+            json!({
+                "kind": f.kind.name(), "at_s": round(f.at_s, 1), "healed_s": round(f.healed_s, 1),
+                "injected": f.injected, "detail": f.detail, "error": f.error,
+                "leaders_before": before, "leaders_before_next_fault": after,
+                "leaderless_s_until_next_fault": round(leaderless_between(&leadership, f.at_s, until), 1),
+            })
+        })
+        .collect();
+    let scheduler_totals = monitor.totals("scheduler");
+    let webhook_totals = monitor.totals("webhook");
+    let relists = scheduler_totals
+        .get(monitor::SCHEDULER_COUNTERS[0])
+        .copied()
+        .unwrap_or(0.0);
+    let dropped = scheduler_totals
+        .get(monitor::SCHEDULER_COUNTERS[1])
+        .copied()
+        .unwrap_or(0.0);
+    let (samples, two_leaders, no_leader) = monitor.leader_samples();
+    let create_failures = runner.create_failures();
+    let (runtime_errors, runtime_last_error) = runner.write_errors();
+    let ttr: Vec<Value> = report::time_to_release(&shape, &timelines)
+        .into_iter()
+        .map(|(class, last, first)| json!({ "class": class, "last_release": last, "first_release": first }))
+        .collect();
+    let incarnations: BTreeMap<String, u32> = {
+        let f = fleet.lock().await;
+        f.schedulers
+            .iter()
+            .chain(&f.webhooks)
+            .map(|m| (m.name.clone(), m.incarnation()))
+            .collect()
+    };
+    let checker_lists = checker.lists();
+    let json = json!({
+        "scale": shape.scale,
+        "jobs": n,
+        "shape": {
+            "leaf_quotas": shape.leaves.len(), "parents": shape.parents.len(), "root_cpu": shape.root_cpu,
+            "classes": CLASSES,
+        },
+        "passed": failures.is_empty(),
+        "failures": failures.clone(),
+        "wall_seconds": round(wall_seconds, 1),
+        "creation_seconds": round(creation_seconds, 1),
+        "jobs_done_at_s": round(jobs_done_at, 1),
+        "quota_zero_at_s": settled_at.map(|t| round(t, 1)),
+        "load_average_at_start": load_before,
+        "faults": {
+            "injected": by_kind.values().sum::<usize>(),
+            "by_kind": by_kind,
+            "not_injected": fault_records.iter().filter(|f| !f.injected).count(),
+            "list": fault_json,
+        },
+        "checks": {
+            "quota_violations": {
+                "running_jobs": running_violations,
+                "running_jobs_recorded": running_recorded,
+                "queue_units_beyond_finished_jobs": unit_violations,
+                "queue_units_recorded": unit_recorded,
+                "running_examples": running_examples,
+                "running_recorded_examples": running_usage.as_ref().map(|u| u.violations.clone()).unwrap_or_default(),
+                "queue_unit_examples": unit_examples,
+            },
+            "double_releases": {
+                "count": doubles.len(),
+                "examples": doubles.iter().take(20).collect::<Vec<_>>(),
+                "runtime_two_releases_without_suspension": runtime_doubles,
+                "releases_seen": checker.releases(),
+                "queue_unit_watch_relists": checker_lists.len().saturating_sub(1),
+            },
+            "finished": {
+                "jobs_finished": finished, "units_succeeded": succeeded,
+                "units_not_succeed_at_end": units_not_succeed, "of": n,
+                "units_not_succeed_examples": not_done_examples,
+                "unfinished_examples": unfinished,
+            },
+            "quota_at_end": {
+                "queue_units_holding": units_holding,
+                "queue_units_holding_cpu_m": units_holding_cpu,
+                "leader": leader_view.as_ref().map(|(name, _)| name.clone()),
+                "leader_quota_used_sum": leader_used,
+            },
+        },
+        "schedulers": {
+            "watch_relists_total": relists,
+            "relist_dropped_records_total": dropped,
+            "totals": scheduler_totals,
+            "per_incarnation": monitor.per_incarnation(),
+            "starts": incarnations,
+            "leadership_changes": leadership.len(),
+            "leadership": leadership,
+            "leader_samples": { "taken": samples, "two_leaders": two_leaders, "no_leader": no_leader },
+            "fenced_writes_refused_by_the_api_server": monitor.policy_denials(),
+        },
+        "webhooks": {
+            "totals": webhook_totals,
+            "balancer_connections": balancer.connections(),
+            "balancer_unserved": balancer.unserved(),
+        },
+        "admission": {
+            "create_failures": create_failures,
+        },
+        "runtime_write_errors": { "count": runtime_errors, "last": runtime_last_error },
+        "time_to_release": ttr,
+        "requests_by_client": stats.snapshot().iter().map(|((c, verb, res), s)| {
+            json!({ "client": c.name(), "verb": verb, "resource": res, "count": s.count, "errors": s.errors })
+        }).collect::<Vec<_>>(),
+    });
+
+    // Logs, then everything down.
+    fleet.lock().await.kill_all();
+    match copy_logs(cp.dir(), &config.logs_dir) {
+        Ok(count) => eprintln!(
+            "[chaos] {count} process logs copied to {}",
+            config.logs_dir.display()
+        ),
+        Err(e) => eprintln!("[chaos] copying the logs failed: {e:#}"),
+    }
+    drop(balancer);
+    cp.stop().await;
+    Ok((json, failures))
+}
+
+/// The fault plan's settings for the JSON.
+pub fn plan_json(plan: &FaultPlan) -> Value {
+    json!({
+        "kinds": plan.kinds.iter().map(|k: &FaultKind| k.name()).collect::<Vec<_>>(),
+        "interval": format!("{:?}", plan.interval),
+        "min_gap_after_heal": format!("{:?}", faults::MIN_GAP),
+        "restart_after": format!("{:?}", plan.restart_after),
+        "delay_chunk": format!("{:?}", plan.delay_chunk),
+        "delay_for": format!("{:?}", plan.delay_for),
+    })
+}
