@@ -248,7 +248,9 @@ impl Checker {
                 });
             }
             entry.last_release = Some(t);
-            entry.sent_back = false;
+            // Seen for the first time after a relist already sent back
+            // (the watch missed the release itself): it is both.
+            entry.sent_back = phase.is_some_and(|p| !p.holds_quota() && !p.is_finished());
             entry.release_list = list;
         } else if phase.is_some_and(|p| !p.holds_quota() && !p.is_finished()) {
             entry.sent_back = true;
