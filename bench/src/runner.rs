@@ -52,7 +52,8 @@ pub struct CreateFailures {
     pub jobs: usize,
     /// Jobs never created (every attempt failed).
     pub gave_up: usize,
-    /// The first failures: (seconds since the start, job, cause, error).
+    /// The first five failures of each cause: (seconds since the start,
+    /// job, cause, error).
     pub examples: Vec<(f64, String, String, String)>,
 }
 
@@ -304,7 +305,8 @@ impl Runner {
         if first {
             f.jobs += 1;
         }
-        if f.examples.len() < 20 {
+        // The first five of each cause.
+        if f.examples.iter().filter(|e| e.2 == cause).count() < 5 {
             let job = &self.shape.jobs[i];
             let name = format!("{}/{}", self.shape.leaves[job.leaf].namespace, job.name);
             f.examples.push((t, name, cause, error.to_string()));
