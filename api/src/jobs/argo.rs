@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::json::{annotation, get_path, invalid, is_true, non_empty, set_path};
+use super::json::{annotation, get_path, invalid, non_empty};
 use super::pod_request::resource_list;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
 use crate::keys::MIN_RESOURCES_ANNOTATION;
@@ -23,27 +23,11 @@ pub static WORKFLOW_KIND: JobKind = JobKind {
 #[derive(Debug)]
 pub struct WorkflowAdapter;
 
-const SUSPEND: [&str; 2] = ["spec", "suspend"];
+use super::json::SPEC_SUSPEND as SUSPEND;
 
 impl JobAdapter for WorkflowAdapter {
     fn kind(&self) -> &'static JobKind {
         &WORKFLOW_KIND
-    }
-
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(false));
-    }
-
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &SUSPEND)
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND]
     }
 
     /// One pod set `workflow` of one "pod" holding the annotated resources.

@@ -1,8 +1,8 @@
 //! `batch/v1` Job: held with its native `spec.suspend`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::json::{condition_true, field, get_path, is_true, opt_count, set_path, template};
+use super::json::{condition_true, field, get_path, opt_count, template};
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
 
@@ -22,22 +22,6 @@ pub struct BatchJobAdapter;
 impl JobAdapter for BatchJobAdapter {
     fn kind(&self) -> &'static JobKind {
         &BATCH_JOB_KIND
-    }
-
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(false));
-    }
-
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &["spec", "suspend"])
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&["spec", "suspend"]]
     }
 
     /// One pod set `main`: the pods that run at once, `parallelism` (default 1)
@@ -101,6 +85,7 @@ mod tests {
     use super::*;
     use crate::jobs::test_support::{GI, assert_hold_release, container, malformed, pod_template};
     use crate::jobs::total_resources;
+    use serde_json::json;
 
     fn sample() -> Value {
         json!({

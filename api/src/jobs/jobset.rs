@@ -5,12 +5,12 @@
 //! children. The same shape is embedded in Kubeflow Trainer's runtimes
 //! (`spec.template.spec`), so [`replicated_jobs`] serves both.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::batch_job::BATCH_JOB_KIND;
 use super::json::{
-    condition_true, field, get_path, invalid, is_true, non_empty, opt_array, opt_count, set_path,
-    template, template_priority_class,
+    condition_true, field, get_path, invalid, non_empty, opt_array, opt_count, template,
+    template_priority_class,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
@@ -125,25 +125,35 @@ pub(crate) fn child_job_budget(
     )
 }
 
+/// The state of a job that runs Jobs (a JobSet, a TrainJob): the condition
+/// `done` or `Failed` ends it; an active or ready Job in the list at
+/// `status.<jobs>` means it runs.
+pub(crate) fn jobs_state(job: &Value, done: &str, jobs: &str) -> JobState {
+    if condition_true(job, done) {
+        return JobState::Succeeded;
+    }
+    if condition_true(job, "Failed") {
+        return JobState::Failed;
+    }
+    let running = get_path(job, &["status", jobs])
+        .and_then(Value::as_array)
+        .is_some_and(|all| {
+            all.iter().any(|s| {
+                ["active", "ready"]
+                    .iter()
+                    .any(|k| s.get(k).and_then(Value::as_i64).is_some_and(|n| n > 0))
+            })
+        });
+    if running {
+        JobState::Running
+    } else {
+        JobState::Pending
+    }
+}
+
 impl JobAdapter for JobSetAdapter {
     fn kind(&self) -> &'static JobKind {
         &JOBSET_KIND
-    }
-
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(false));
-    }
-
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &["spec", "suspend"])
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&["spec", "suspend"]]
     }
 
     /// One pod set per replicated Job: `replicas` × the pods one of its Jobs
@@ -164,26 +174,7 @@ impl JobAdapter for JobSetAdapter {
     /// `Completed`/`Failed` conditions end it; an active or ready Job of any
     /// replicated Job means it runs.
     fn state(&self, job: &Value) -> JobState {
-        if condition_true(job, "Completed") {
-            return JobState::Succeeded;
-        }
-        if condition_true(job, "Failed") {
-            return JobState::Failed;
-        }
-        let running = get_path(job, &["status", "replicatedJobsStatus"])
-            .and_then(Value::as_array)
-            .is_some_and(|all| {
-                all.iter().any(|s| {
-                    ["active", "ready"]
-                        .iter()
-                        .any(|k| s.get(k).and_then(Value::as_i64).is_some_and(|n| n > 0))
-                })
-            });
-        if running {
-            JobState::Running
-        } else {
-            JobState::Pending
-        }
+        jobs_state(job, "Completed", "replicatedJobsStatus")
     }
 
     fn priority_class_name(&self, job: &Value) -> Option<String> {
@@ -220,6 +211,7 @@ mod tests {
     use super::*;
     use crate::jobs::test_support::{GI, assert_hold_release, container, malformed, pod_template};
     use crate::jobs::total_resources;
+    use serde_json::json;
 
     /// A JobSet as its upstream docs show one: a leader and 2 worker Jobs of
     /// 4 pods each (parallelism 4, completions 4).

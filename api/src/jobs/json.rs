@@ -9,6 +9,9 @@ use crate::keys::SUSPEND_ANNOTATION;
 
 /// Path of the suspend annotation, a hold marker of the kinds without (or
 /// with a recent) native suspend field.
+/// The native suspend field of most kinds.
+pub(crate) const SPEC_SUSPEND: [&str; 2] = ["spec", "suspend"];
+
 pub(crate) const SUSPEND_ANNOTATION_PATH: [&str; 3] =
     ["metadata", "annotations", SUSPEND_ANNOTATION];
 

@@ -136,23 +136,37 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
     fn kind(&self) -> &'static JobKind;
 
-    /// Edits `job` so that it is held (architecture §5 "Hold on admit"). Idempotent.
-    fn hold(&self, job: &mut Value);
+    /// Edits `job` so that it is held (architecture §5 "Hold on admit").
+    /// Idempotent. By default the native `spec.suspend: true` most kinds
+    /// have (batch Job, JobSet, TrainJob, RayCluster, Workflow); kinds held
+    /// otherwise override all four hold methods.
+    fn hold(&self, job: &mut Value) {
+        set_path(job, &json::SPEC_SUSPEND, Value::Bool(true));
+    }
 
-    /// Edits `job` so that it is released (architecture §5 "Release"). Idempotent.
-    fn release(&self, job: &mut Value);
+    /// Edits `job` so that it is released (architecture §5 "Release").
+    /// Idempotent. By default `spec.suspend: false`.
+    fn release(&self, job: &mut Value) {
+        set_path(job, &json::SPEC_SUSPEND, Value::Bool(false));
+    }
 
     /// Whether `job` is held: every marker that [`JobAdapter::hold`] sets is
     /// present, so removing any one of them (say, the suspend annotation)
     /// counts as lifting the hold. For kinds held by the annotation plus a
     /// newer native field (Kubeflow, Spark) an absent field still holds, since
-    /// older CRDs prune it; setting it to `false` does not.
-    fn is_held(&self, job: &Value) -> bool;
+    /// older CRDs prune it; setting it to `false` does not. By default
+    /// `spec.suspend` is true.
+    fn is_held(&self, job: &Value) -> bool {
+        json::is_true(job, &json::SPEC_SUSPEND)
+    }
 
     /// The JSON paths (from the object's root) that [`JobAdapter::hold`] sets:
     /// the markers of the hold. Changing any of them is lifting the hold
-    /// ([`guard::loosens_hold`]), which only the scheduler may do.
-    fn hold_fields(&self) -> &'static [&'static [&'static str]];
+    /// ([`guard::loosens_hold`]), which only the scheduler may do. By
+    /// default `spec.suspend`.
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&json::SPEC_SUSPEND]
+    }
 
     /// The job's pod sets with counts, templates and per-pod resources. A
     /// field of the wrong shape (a string count, a negative count, a template

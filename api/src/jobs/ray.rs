@@ -43,7 +43,7 @@ pub struct RayJobAdapter;
 #[derive(Debug)]
 pub struct RayClusterAdapter;
 
-const SUSPEND: [&str; 2] = ["spec", "suspend"];
+use super::json::SPEC_SUSPEND as SUSPEND;
 
 impl JobAdapter for RayJobAdapter {
     fn kind(&self) -> &'static JobKind {
@@ -180,22 +180,6 @@ fn default_submitter_template() -> Value {
 impl JobAdapter for RayClusterAdapter {
     fn kind(&self) -> &'static JobKind {
         &RAY_CLUSTER_KIND
-    }
-
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(false));
-    }
-
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &SUSPEND)
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND]
     }
 
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {

@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 
 use super::jobset::{JOBSET_KIND, ReplicatedJob, pod_sets_of, replicated_jobs};
 use super::json::{
-    condition_true, field, get_path, invalid, is_true, non_empty, opt_count, set_path,
-    template_priority_class,
+    field, get_path, invalid, non_empty, opt_count, set_path, template_priority_class,
 };
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo, SIZE_INPUT_KEY, SizeInput};
 use crate::resources::Resources;
@@ -137,22 +136,6 @@ impl JobAdapter for TrainJobAdapter {
         &TRAINJOB_KIND
     }
 
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &["spec", "suspend"], json!(false));
-    }
-
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &["spec", "suspend"])
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&["spec", "suspend"]]
-    }
-
     /// The pod sets of the JobSet its controller builds: one per replicated
     /// Job of the runtime (initializers included, as Kueue counts them).
     fn pod_sets(&self, job: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
@@ -172,26 +155,7 @@ impl JobAdapter for TrainJobAdapter {
     /// `Complete`/`Failed` conditions end it; an active or ready Job of its
     /// JobSet (`status.jobsStatus`) means it runs.
     fn state(&self, job: &Value) -> JobState {
-        if condition_true(job, "Complete") {
-            return JobState::Succeeded;
-        }
-        if condition_true(job, "Failed") {
-            return JobState::Failed;
-        }
-        let running = get_path(job, &["status", "jobsStatus"])
-            .and_then(Value::as_array)
-            .is_some_and(|all| {
-                all.iter().any(|s| {
-                    ["active", "ready"]
-                        .iter()
-                        .any(|k| s.get(k).and_then(Value::as_i64).is_some_and(|n| n > 0))
-                })
-            });
-        if running {
-            JobState::Running
-        } else {
-            JobState::Pending
-        }
+        super::jobset::jobs_state(job, "Complete", "jobsStatus")
     }
 
     fn priority_class_name(&self, job: &Value) -> Option<String> {
