@@ -164,6 +164,35 @@ pub fn emit() {
     );
 }
 
+/// For the binaries' own tests: runs `binary --version` and checks that it
+/// prints `<name> <version> (git <revision>)`, and, when the revision came
+/// from git (`source` is `"git"`), that it is the HEAD of `workspace_root`.
+/// Panics with the output when it does not.
+pub fn assert_version_output(
+    binary: &str,
+    name: &str,
+    version: &str,
+    revision: &str,
+    source: &str,
+    workspace_root: &str,
+) {
+    use std::process::Command;
+    let output = Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("running {binary}: {e}"));
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(text.trim(), format!("{name} {version} (git {revision})"));
+    if source == "git" {
+        let head = Command::new("git")
+            .args(["-C", workspace_root, "rev-parse", "--short=12", "HEAD"])
+            .output()
+            .unwrap_or_else(|e| panic!("running git: {e}"));
+        assert_eq!(revision, String::from_utf8_lossy(&head.stdout).trim());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -241,34 +270,5 @@ mod tests {
     #[test]
     fn the_version_text_names_both() {
         assert_eq!(version_text("0.1.0", "abc"), "0.1.0 (git abc)");
-    }
-}
-
-/// For the binaries' own tests: runs `binary --version` and checks that it
-/// prints `<name> <version> (git <revision>)`, and, when the revision came
-/// from git (`source` is `"git"`), that it is the HEAD of `workspace_root`.
-/// Panics with the output when it does not.
-pub fn assert_version_output(
-    binary: &str,
-    name: &str,
-    version: &str,
-    revision: &str,
-    source: &str,
-    workspace_root: &str,
-) {
-    use std::process::Command;
-    let output = Command::new(binary)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| panic!("running {binary}: {e}"));
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(text.trim(), format!("{name} {version} (git {revision})"));
-    if source == "git" {
-        let head = Command::new("git")
-            .args(["-C", workspace_root, "rev-parse", "--short=12", "HEAD"])
-            .output()
-            .unwrap_or_else(|e| panic!("running git: {e}"));
-        assert_eq!(revision, String::from_utf8_lossy(&head.stdout).trim());
     }
 }
