@@ -78,6 +78,12 @@ pub struct Metrics {
     pub write_backlog: Gauge,
     /// Events dropped because too many were waiting.
     pub events_dropped: Counter,
+    /// Writes not sent (or refused by the fencing policy) because this
+    /// replica no longer led.
+    pub fenced_writes: Counter,
+    /// Releases whose outcome the API server did not tell (the connection
+    /// broke): the reservation was kept and the release sent again.
+    pub releases_uncertain: Counter,
     /// ElasticQuotas ignored because an older one holds their name.
     pub quota_name_conflicts: Gauge,
     /// Relists of a watch after its first list (a 410 Gone, a restart).
@@ -106,6 +112,8 @@ impl Metrics {
             leader: Gauge::default(),
             write_backlog: Gauge::default(),
             events_dropped: Counter::default(),
+            fenced_writes: Counter::default(),
+            releases_uncertain: Counter::default(),
             quota_name_conflicts: Gauge::default(),
             watch_relists: Family::default(),
             relist_dropped: Family::default(),
@@ -192,6 +200,16 @@ impl Metrics {
             "events_dropped",
             "Events on jobs not written because too many were waiting",
             m.events_dropped.clone(),
+        );
+        r.register(
+            "fenced_writes",
+            "Writes not sent, or refused by the fencing policy, because this replica no longer led",
+            m.fenced_writes.clone(),
+        );
+        r.register(
+            "releases_uncertain",
+            "Releases whose outcome was not known (connection broken, server error): quota kept, release sent again",
+            m.releases_uncertain.clone(),
         );
         r.register(
             "quota_name_conflicts",

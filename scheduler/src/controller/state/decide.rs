@@ -24,6 +24,9 @@ pub(super) struct UnitView<'a> {
     /// not been seen running since: a held job may be a release cut short
     /// by a leader change.
     pub found_released: bool,
+    /// This process's release of the unit has an unknown outcome and the
+    /// unit's watch has not spoken since (the record is the release as sent).
+    pub unconfirmed: bool,
     /// Strict dequeue for queues that do not set it.
     pub strict_default: Option<Duration>,
     pub now_ms: i64,
@@ -195,6 +198,9 @@ fn holding_outcome(
             admissions: Some(Vec::new()),
             message: text.into(),
         }));
+    }
+    if v.unconfirmed && job.held {
+        return Some(Intent::keep(release_again(v, job, phase)));
     }
     if phase == QueueUnitPhase::Reserved {
         return checks_outcome(v, job);
@@ -413,6 +419,31 @@ pub(super) fn release(
         phase,
         checks: (!checks.is_empty()).then_some(checks),
         message,
+    }
+}
+
+/// The release of a unit whose first release has an unknown outcome, sent
+/// again whole from the record (which holds it as sent): every field is a
+/// fixed value, so it lands the same whether the first one did or not.
+fn release_again(v: &UnitView<'_>, job: &JobRecord, phase: QueueUnitPhase) -> Write {
+    let rec = v.rec;
+    let reserved = phase == QueueUnitPhase::Reserved;
+    let what = if reserved {
+        "quota reserved in queue"
+    } else {
+        "released from queue"
+    };
+    Write::Release {
+        unit: v.key.clone(),
+        job: job_ref(job),
+        admissions: (!rec.held.is_zero()).then(|| admissions(rec, &rec.held)),
+        attempts: Some(rec.attempts),
+        phase,
+        checks: reserved.then(|| rec.checks.clone()),
+        message: format!(
+            "{what} {} (sent again: the answer to the first attempt was lost)",
+            queue_of(rec)
+        ),
     }
 }
 

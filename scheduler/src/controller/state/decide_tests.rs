@@ -52,6 +52,7 @@ fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> S
         pods_alive: false,
         suspended_again,
         found_released: false,
+        unconfirmed: false,
         strict_default: None,
         now_ms: NOW_MS,
         jitter_salt: 7,
@@ -246,6 +247,7 @@ fn a_release_cut_short_by_a_leader_change_is_finished_not_redone() {
         pods_alive: false,
         suspended_again: true,
         found_released,
+        unconfirmed: false,
         strict_default: None,
         now_ms: NOW_MS,
         jitter_salt: 7,
@@ -271,5 +273,66 @@ fn a_release_cut_short_by_a_leader_change_is_finished_not_redone() {
     assert_eq!(
         summary(&next_step(&view(false))),
         Some(("Phase Enqueued".to_string(), OnSubmit::Free))
+    );
+}
+
+#[test]
+fn a_release_whose_answer_was_lost_is_sent_again_whole_and_keeps_its_quota() {
+    let key: Key = "ns/u".into();
+    let view = |rec: &'static UnitRecord, job: &'static JobRecord, unconfirmed| UnitView {
+        key: &key,
+        rec,
+        job: Some(job),
+        queue: None,
+        pods: None,
+        pods_alive: false,
+        suspended_again: false,
+        found_released: true,
+        unconfirmed,
+        strict_default: None,
+        now_ms: NOW_MS,
+        jitter_salt: 7,
+    };
+    fn leak<T>(v: T) -> &'static T {
+        Box::leak(Box::new(v))
+    }
+    let admitted =
+        json!([{ "name": "main", "replicas": 1, "running": 0, "resources": { "cpu": "2" } }]);
+    let held = leak(job(true, json!({})));
+    for phase in ["Dequeued", "Reserved"] {
+        let rec = leak(unit(
+            json!({ "phase": phase, "attempts": 3, "admissions": admitted,
+            "admissionChecks": [{ "name": "c", "state": "Pending" }] }),
+        ));
+        let step = next_step(&view(rec, held, true));
+        let Some(Intent {
+            write:
+                Write::Release {
+                    admissions: Some(admissions),
+                    attempts: Some(3),
+                    phase: sent,
+                    checks,
+                    ..
+                },
+            on_submit: OnSubmit::Keep,
+        }) = &step.intent
+        else {
+            panic!("{phase}: {:?}", step.intent);
+        };
+        assert_eq!(sent.to_string(), phase);
+        assert_eq!(admissions.len(), 1, "{admissions:?}");
+        assert_eq!(checks.is_some(), phase == "Reserved", "{checks:?}");
+    }
+    // Its job runs: the release landed whole (the hold is lifted last).
+    let rec = leak(unit(
+        json!({ "phase": "Dequeued", "attempts": 3, "admissions": admitted }),
+    ));
+    let running = leak(job(
+        false,
+        json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" }),
+    ));
+    assert_eq!(
+        summary(&next_step(&view(rec, running, true))),
+        Some(("Phase Running".to_string(), OnSubmit::Keep))
     );
 }

@@ -47,6 +47,7 @@ impl Controller {
                             self.writer.settled(&k);
                         }
                         st.rec = *rec;
+                        st.unconfirmed = false;
                     }
                     None => {
                         self.units.insert(k.clone(), Box::new(UnitState::new(*rec)));

@@ -112,6 +112,7 @@ impl Controller {
             pods_alive: job.is_some_and(|j| self.pods_alive(j)),
             suspended_again: st.held_job_was_suspended_again(),
             found_released: !st.released_here && !st.release_ack,
+            unconfirmed: st.unconfirmed,
             strict_default: self.settings.strict_default,
             now_ms: now_ms(),
             jitter_salt: self.jitter_salt,

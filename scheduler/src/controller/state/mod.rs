@@ -110,6 +110,10 @@ struct UnitState {
     released_here: bool,
     /// The job was seen running (unheld) since its release.
     release_ack: bool,
+    /// The last release of the unit by this process has an unknown outcome
+    /// (`Outcome::Unknown`) and no watch event of the unit came since: it is
+    /// sent again, whole, while its job is held.
+    unconfirmed: bool,
     /// Why it waits, as last computed (boxed: a rendered String keeps the
     /// spare capacity of its growth, for each of 100,000 waiting units).
     reason: Option<Box<str>>,
@@ -130,6 +134,7 @@ impl UnitState {
             expect_rv: None,
             released_here: false,
             release_ack: false,
+            unconfirmed: false,
             reason: None,
             last_published: None,
             last_waiting_event: None,
@@ -192,6 +197,7 @@ impl UnitState {
             // start at the release.
             self.rec.allocated_ms = Some(now_ms());
         }
+        self.unconfirmed = false;
         if phase.is_released() {
             // Also when the quota was reserved by an earlier process (a
             // restart while its checks ran): its job, held until now, must

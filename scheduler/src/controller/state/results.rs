@@ -66,7 +66,11 @@ impl Controller {
                 admissions,
                 attempts,
                 checks,
-                ok_rv.is_some(),
+                match outcome {
+                    Outcome::Done(_) => Landed::Yes,
+                    Outcome::Unknown(_) => Landed::Unknown,
+                    _ => Landed::No,
+                },
             ),
             Write::Backoff {
                 job,
@@ -117,14 +121,30 @@ impl Controller {
         admissions: Option<Vec<Admission>>,
         attempts: Option<i64>,
         checks: Option<Vec<AdmissionCheckState>>,
-        ok: bool,
+        landed: Landed,
     ) {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
         st.awaiting = false;
         let from_reserved = admissions.is_none();
-        if ok {
+        if landed == Landed::Unknown {
+            // It may have landed and its job may run: giving the reservation
+            // back would let the quota serve another unit meanwhile. The unit
+            // is taken as released, and sent again (`unconfirmed` in
+            // `decide.rs`) until the API server answers; should its watch
+            // event come first, the record is the API's again: a release
+            // found there is finished, one that never landed frees the quota.
+            tracing::warn!(unit = %k, "release outcome unknown; quota kept, the release is finished later");
+            self.metrics.releases_uncertain.inc();
+            st.release_written(phase, admissions.as_deref(), attempts, checks);
+            st.released_here = false;
+            st.release_ack = false;
+            st.unconfirmed = true;
+            self.timed.insert(k.clone());
+            return;
+        }
+        if landed == Landed::Yes {
             st.release_written(phase, admissions.as_deref(), attempts, checks);
             let waited = (now_ms() - st.rec.created_ms).max(0);
             let queue = queue_of(&st.rec).to_string();
@@ -158,10 +178,17 @@ impl Controller {
                 );
             }
         } else if from_reserved {
+            st.unconfirmed = false;
             // The unit still holds its reservation; retried on the next pass.
             self.retry.insert(k.clone());
         } else {
             // Roll the reservation back; a later cycle retries.
+            if std::mem::take(&mut st.unconfirmed) {
+                // The record held the release as sent; the API server
+                // refused it (and the unit was put back to Enqueued).
+                st.rec.phase = Some(QueueUnitPhase::Enqueued);
+                st.rec.held = Resources::new();
+            }
             core_step("unreserve", k, self.core.unreserve(k));
             st.member = Membership::Waiting;
             st.released_here = false;
@@ -296,4 +323,14 @@ impl Controller {
     }
 
     // ---- periodic work --------------------------------------------------------
+}
+
+/// Whether a release reached the API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Landed {
+    Yes,
+    No,
+    /// Not known: the connection broke or the server failed (see
+    /// `writes::Outcome::Unknown`).
+    Unknown,
 }

@@ -692,3 +692,111 @@ fn a_higher_priority_unit_preempts_inside_its_quota() {
     s.cycle();
     assert!(summary(&s.take()).contains(&"Release Dequeued".to_string()));
 }
+
+/// A unit `name` of job `job` (`cpu` cpu, quota `q`, priority 0), Enqueued,
+/// with its job held.
+fn waiting_unit(s: &mut Scenario, name: &str, job: &str, cpu: &str) {
+    s.rv += 1;
+    let unit: QueueUnit = serde_json::from_value(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+        "metadata": { "name": name, "namespace": "ns", "resourceVersion": s.rv.to_string(),
+                      "creationTimestamp": "2026-01-01T00:01:00Z",
+                      "labels": { keys::QUOTA_NAME_LABEL: "q" },
+                      "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                            "uid": format!("uid-{job}") }] },
+        "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": job, "namespace": "ns" },
+                  "queue": "q", "resource": { "cpu": cpu }, "priority": 0 },
+        "status": { "phase": "Enqueued" },
+    }))
+    .unwrap();
+    let record = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": job, "namespace": "ns", "uid": format!("uid-{job}"),
+                      "creationTimestamp": "2026-01-01T00:01:00Z",
+                      "annotations": { keys::QUEUE_UNIT_ANNOTATION: name } },
+        "spec": { "suspend": true },
+    });
+    let adapter = koord_queue_api::jobs::for_kind("batch", "Job").unwrap();
+    let record = JobRecord::from_object(adapter, WatchedJob::from_value(&record).unwrap()).unwrap();
+    s.input(Input::Job("Job", Change::Applied(Box::new(record))));
+    s.input(Input::Unit(Change::Applied(Box::new(
+        UnitRecord::from_unit(unit),
+    ))));
+}
+
+/// A release whose answer was lost (the connection broke: it may have
+/// landed, its job may run) keeps its quota — a unit that fits only in that
+/// quota waits — and is sent again whole until the API server answers:
+/// landed, it keeps the quota; refused, the quota is free again.
+#[test]
+fn a_release_with_an_unknown_outcome_keeps_its_quota_until_the_api_says() {
+    fn lost(s: &mut Scenario) -> Vec<Write> {
+        let writes: Vec<Write> = std::mem::take(&mut *s.writes.0.lock().unwrap());
+        for write in &writes {
+            s.controller.on_written(Written {
+                write: write.clone(),
+                outcome: Outcome::Unknown("connection reset".into()),
+            });
+        }
+        writes
+    }
+    let released = |writes: &[Write], who: &str| {
+        writes
+            .iter()
+            .any(|w| matches!(w, Write::Release { unit, .. } if &**unit == who))
+    };
+    for landed in [true, false] {
+        let mut s = Scenario::new(json!({}));
+        s.job(true, json!({}));
+        s.unit(json!({ "phase": "Enqueued" }), true);
+        s.take();
+        s.cycle();
+        assert_eq!(summary(&lost(&mut s)), ["Release Dequeued"], "{landed}");
+        // Sent again at once, whole.
+        let again: Vec<Write> = s.writes.0.lock().unwrap().clone();
+        let Some(Write::Release {
+            admissions: Some(admissions),
+            attempts: Some(1),
+            ..
+        }) = again.first()
+        else {
+            panic!("not sent again whole: {again:?}");
+        };
+        assert_eq!(
+            admissions[0].resources.get("cpu").map(|q| q.0.as_str()),
+            Some("2")
+        );
+        // 3 cpu fits q's 4 only if u's 2 were free.
+        waiting_unit(&mut s, "big", "b", "3");
+        s.cycle();
+        if landed {
+            // The second attempt lands; its job runs; u keeps its quota.
+            let writes = s.take();
+            assert!(!released(&writes, "ns/big"), "{:?}", summary(&writes));
+            s.job(false, json!({ "active": 1 }));
+            s.cycle();
+            let writes = s.take();
+            assert!(!released(&writes, "ns/big"), "{:?}", summary(&writes));
+        } else {
+            let writes = lost(&mut s);
+            assert!(!released(&writes, "ns/big"), "{:?}", summary(&writes));
+            // The third attempt is refused (the job's hold could not be
+            // lifted; the writer put the unit back to Enqueued): the quota
+            // is free again, and the cycle releases (u is first in line).
+            let writes: Vec<Write> = std::mem::take(&mut *s.writes.0.lock().unwrap());
+            for write in writes {
+                s.controller.on_written(Written {
+                    write,
+                    outcome: Outcome::Failed("422 Unprocessable Entity".into()),
+                });
+            }
+            s.cycle();
+            let writes = s.take();
+            assert!(
+                released(&writes, "ns/u") || released(&writes, "ns/big"),
+                "{:?}",
+                summary(&writes)
+            );
+        }
+    }
+}

@@ -66,7 +66,9 @@ impl Writer {
                     *attempts,
                     checks.as_deref(),
                 );
-                let rv = self.patch_unit_status(unit, status).await?;
+                // Idempotent (a merge patch of fixed values), so sent again
+                // while its outcome is unknown.
+                let rv = until_known(move || self.patch_unit_status(unit, status.clone())).await?;
                 if *phase == QueueUnitPhase::Reserved {
                     return Ok(rv); // the job stays held until every check is Ready
                 }
@@ -175,33 +177,27 @@ impl Writer {
         ))
     }
 
-    /// Lifts the job's hold after its unit's release was written, retried;
-    /// if the job cannot be released the unit is put back to Enqueued — the
-    /// one place a release is compensated in the API (the controller gives
-    /// the reservation back to the core when the write fails).
+    /// Lifts the job's hold after its unit's release was written, retried.
+    /// If the API server refused the patch, the unit is put back to Enqueued
+    /// — the one place a release is compensated in the API (the controller
+    /// gives the reservation back to the core when the write fails). If
+    /// whether the patch landed is unknown (the connection broke, a 5xx),
+    /// nothing is reverted: the job may run, so its unit keeps its quota and
+    /// the controller finishes the release (`Outcome::Unknown`). Reverting
+    /// then would let the quota serve another unit while this job runs.
     async fn lift_hold(&self, unit: &Key, job: &JobRef) -> Result<(), kube::Error> {
         let (release, _) = hold_release_patches(job.adapter);
-        let mut last = None;
-        for attempt in 0..3u32 {
-            match self.patch_job(job, &release).await {
-                Ok(()) => return Ok(()),
-                // The Lease is lost: the new leader decides about this unit
-                // (it reads the release from the API), nothing is reverted.
-                Err(kube::Error::Service(e)) if e.is::<Fenced>() => {
-                    return Err(kube::Error::Service(e));
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    last = Some(kube::Error::Api(e));
-                    break;
-                }
-                Err(e) => {
-                    last = Some(e);
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                }
+        let release = &release;
+        let error = match until_known(move || self.patch_job(job, release)).await {
+            Ok(()) => return Ok(()),
+            // The Lease is lost: the new leader decides about this unit (it
+            // reads the release from the API), nothing is reverted.
+            Err(kube::Error::Service(e)) if e.is::<Fenced>() => {
+                return Err(kube::Error::Service(e));
             }
-        }
-        // The job could not be released: give the reservation back so the
-        // unit waits again instead of holding quota for nothing.
+            Err(e) if outcome_unknown(&e) => return Err(e),
+            Err(e) => e,
+        };
         let revert = self
             .patch_unit_status(
                 unit,
@@ -215,7 +211,7 @@ impl Writer {
         if let Err(e) = revert {
             tracing::warn!(%unit, error = %e, "cannot revert a failed release");
         }
-        Err(last.unwrap_or_else(|| kube::Error::Service("job release failed".into())))
+        Err(error)
     }
 
     /// Holds a job that is being sent back, unless it has finished since the
@@ -358,6 +354,38 @@ fn gone_is_fine(result: Result<(), kube::Error>) -> Result<Option<u64>, kube::Er
     }
 }
 
+/// How long an idempotent write is sent again while its outcome is unknown
+/// (a kube-apiserver restart here takes a few seconds); after that the
+/// caller decides with the outcome unknown.
+const UNKNOWN_RETRY: Duration = Duration::from_secs(20);
+
+/// Runs `send` until its outcome is known — done, or refused by the API
+/// server — or [`UNKNOWN_RETRY`] has passed, backing off from 100 ms to 2 s.
+/// A 429 is retried too (not applied, but worth trying again); a fenced
+/// step is not (the new leader decides).
+async fn until_known<T, F>(mut send: impl FnMut() -> F) -> Result<T, kube::Error>
+where
+    F: Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = Instant::now() + UNKNOWN_RETRY;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match send().await {
+            Ok(done) => return Ok(done),
+            Err(e) => {
+                let again = outcome_unknown(&e)
+                    || matches!(&e, kube::Error::Api(status) if status.code == 429);
+                if !again || Instant::now() + pause > deadline {
+                    return Err(e);
+                }
+                tracing::debug!(error = %e, "write outcome unknown; sending it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
 /// The status a release writes: the phase with its conditions, what the unit
 /// holds, when it was allocated, its attempts and checks.
 fn release_status(
@@ -406,4 +434,54 @@ fn phase_status(
         status["position"] = Value::Null;
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("test", "Test").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn only_a_refusal_says_a_write_did_not_land() {
+        for code in [400, 403, 404, 409, 422, 429] {
+            assert!(!outcome_unknown(&api(code)), "{code}");
+        }
+        for code in [500, 503, 504] {
+            assert!(outcome_unknown(&api(code)), "{code}");
+        }
+        assert!(!outcome_unknown(&kube::Error::Service(Box::new(Fenced))));
+        assert!(outcome_unknown(&kube::Error::Service(
+            "connection reset".into()
+        )));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_outcome_is_sent_again_a_refusal_is_not() {
+        let sent = AtomicU32::new(0);
+        let answers = |fail: Vec<kube::Error>| {
+            let fail = Mutex::new(fail);
+            let sent = &sent;
+            move || {
+                sent.fetch_add(1, Ordering::Relaxed);
+                let next = fail.lock().unwrap().pop();
+                async move { next.map_or(Ok(()), Err) }
+            }
+        };
+        assert!(until_known(answers(vec![api(504), api(500)])).await.is_ok());
+        assert_eq!(sent.swap(0, Ordering::Relaxed), 3);
+        let refused = until_known(answers(vec![api(422), api(503)])).await;
+        assert!(matches!(refused, Err(kube::Error::Api(s)) if s.code == 422));
+        assert_eq!(sent.swap(0, Ordering::Relaxed), 2);
+        let fenced = until_known(answers(vec![kube::Error::Service(Box::new(Fenced))])).await;
+        assert!(fenced.is_err());
+        assert_eq!(sent.load(Ordering::Relaxed), 1);
+    }
 }

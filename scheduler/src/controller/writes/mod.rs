@@ -207,8 +207,12 @@ pub enum Outcome {
     Gone,
     /// Not written: this replica does not lead.
     NotLeader,
-    /// Failed.
+    /// Failed: the API server refused it, so it did not land.
     Failed(String),
+    /// Sent, but whether it landed is not known: the connection broke, the
+    /// API server was unreachable or answered with a server error. What
+    /// depends on it (a release's reservation) is kept until the API says.
+    Unknown(String),
 }
 
 /// A finished write.

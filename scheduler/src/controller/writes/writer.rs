@@ -51,7 +51,24 @@ pub(super) fn outcome_of(error: kube::Error) -> Outcome {
         kube::Error::Api(e) if e.code == 404 => Outcome::Gone,
         kube::Error::Service(e) if e.is::<Fenced>() => Outcome::NotLeader,
         kube::Error::Api(e) if e.message.contains(FENCING_REFUSED) => Outcome::NotLeader,
+        e if outcome_unknown(&e) => Outcome::Unknown(e.to_string()),
         e => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// Whether a failed request may still have landed: only a 4xx answer says
+/// it was not applied (429 too: the server sheds before it acts). A broken
+/// connection, a timeout or a 5xx (a write whose etcd round trip timed out
+/// answers 504 and may be stored all the same) says nothing either way.
+pub(super) fn outcome_unknown(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(e) => !(400..500).contains(&e.code),
+        kube::Error::Service(e) => !e.is::<Fenced>(),
+        // Not sent: the request could not be built or authenticated.
+        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) | kube::Error::Auth(_) => false,
+        // A broken connection, or an answer that could not be read (the
+        // write may be stored).
+        _ => true,
     }
 }
 
@@ -171,14 +188,26 @@ impl Writer {
                     self.ready.notify_one();
                 }
             }
-            if let Outcome::Failed(error) = &outcome {
-                self.metrics
-                    .write_errors
-                    .get_or_create(&crate::controller::metrics::WriteLabels {
-                        operation: write.operation(),
-                    })
-                    .inc();
-                tracing::warn!(operation = write.operation(), %error, "write failed");
+            match &outcome {
+                Outcome::Failed(error) | Outcome::Unknown(error) => {
+                    self.metrics
+                        .write_errors
+                        .get_or_create(&crate::controller::metrics::WriteLabels {
+                            operation: write.operation(),
+                        })
+                        .inc();
+                    let landed = if matches!(outcome, Outcome::Unknown(_)) {
+                        "unknown"
+                    } else {
+                        "no"
+                    };
+                    tracing::warn!(operation = write.operation(), %error, landed, "write failed");
+                }
+                Outcome::NotLeader => {
+                    self.metrics.fenced_writes.inc();
+                    tracing::info!(operation = write.operation(), unit = ?write.unit(), "write not sent: this replica no longer leads");
+                }
+                Outcome::Done(_) | Outcome::Gone => {}
             }
             if self.done.send(Written { write, outcome }).is_err() {
                 return;
