@@ -57,6 +57,35 @@ impl ElasticQuota {
             .unwrap_or(keys::ROOT_QUOTA_NAME)
     }
 
+    /// Whether this quota's children share fairly (its annotation
+    /// `koord-queue/fair-sharing: "true"`).
+    pub fn fair_sharing(&self) -> bool {
+        self.annotation(keys::FAIR_SHARING_ANNOTATION)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// This quota's fair-sharing weight in thousandths (1000 when it names
+    /// none), or why its annotation cannot be read.
+    pub fn fair_share_weight_milli(&self) -> Result<i64, String> {
+        match self.annotation(keys::FAIR_SHARE_WEIGHT_ANNOTATION) {
+            None => Ok(1000),
+            Some(text) => parse_weight_milli(text).ok_or_else(|| {
+                format!(
+                    "annotation {}: {text:?} is not a positive number with at most 3 decimals (such as \"1\", \"2.5\")",
+                    keys::FAIR_SHARE_WEIGHT_ANNOTATION
+                )
+            }),
+        }
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
     /// Whether this quota is an inner node (no job may map to it).
     pub fn is_parent(&self) -> bool {
         self.metadata
@@ -65,6 +94,30 @@ impl ElasticQuota {
             .and_then(|l| l.get(keys::QUOTA_IS_PARENT_LABEL))
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
+}
+
+/// A weight such as `2` or `0.25` in thousandths; `None` unless positive,
+/// at most 3 decimals and at most 1,000,000.
+pub fn parse_weight_milli(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || fraction.len() > 3
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let whole: i64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let fraction: i64 = format!("{fraction:0<3}").parse().ok()?;
+    let milli = whole.checked_mul(1000)?.checked_add(fraction)?;
+    (1..=1_000_000_000).contains(&milli).then_some(milli)
 }
 
 /// The namespaces whose jobs may use a quota with `meta`: its own, and those
@@ -152,6 +205,53 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+
+    #[test]
+    fn fair_share_weights_read_as_thousandths() {
+        for (text, milli) in [
+            ("1", Some(1000)),
+            ("2", Some(2000)),
+            ("0.5", Some(500)),
+            (" 2.25 ", Some(2250)),
+            (".5", Some(500)),
+            ("3.", Some(3000)),
+            ("0", None),
+            ("0.0001", None),
+            ("-1", None),
+            ("1e3", None),
+            ("", None),
+            (".", None),
+            ("two", None),
+            ("1000000.001", None),
+            ("1000000", Some(1_000_000_000)),
+        ] {
+            assert_eq!(parse_weight_milli(text), milli, "{text:?}");
+        }
+        let quota = |annotations: serde_json::Value| -> ElasticQuota {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                "metadata": { "name": "q", "annotations": annotations }, "spec": {},
+            }))
+            .unwrap()
+        };
+        let plain = quota(serde_json::json!({}));
+        assert_eq!(
+            (plain.fair_sharing(), plain.fair_share_weight_milli()),
+            (false, Ok(1000))
+        );
+        let fair = quota(serde_json::json!({
+            keys::FAIR_SHARING_ANNOTATION: "True", keys::FAIR_SHARE_WEIGHT_ANNOTATION: "2" }));
+        assert_eq!(
+            (fair.fair_sharing(), fair.fair_share_weight_milli()),
+            (true, Ok(2000))
+        );
+        let bad = quota(serde_json::json!({ keys::FAIR_SHARE_WEIGHT_ANNOTATION: "heavy" }));
+        assert!(
+            bad.fair_share_weight_milli()
+                .unwrap_err()
+                .contains("\"heavy\" is not a positive number")
+        );
+    }
 
     fn meta(ns: &str, name: &str, secs: Option<i64>, listed: Option<&str>) -> ObjectMeta {
         ObjectMeta {

@@ -34,6 +34,12 @@ pub const QUEUE_ANNOTATION: &str = "koord-queue/queue";
 pub const ENABLED_NAMESPACE_LABEL: &str = "koord-queue/enabled";
 /// Namespace annotation naming the queue of jobs that name no quota.
 pub const DEFAULT_QUEUE_ANNOTATION: &str = "koord-queue/default-queue";
+/// Annotation of a parent ElasticQuota: `"true"` makes its children share
+/// what lies above their mins by weight (docs/quota.md, fair sharing).
+pub const FAIR_SHARING_ANNOTATION: &str = "koord-queue/fair-sharing";
+/// Annotation of an ElasticQuota: its weight among its siblings under a
+/// fair-sharing parent, a positive decimal (default 1, up to 3 decimals).
+pub const FAIR_SHARE_WEIGHT_ANNOTATION: &str = "koord-queue/fair-share-weight";
 /// ElasticQuota label choosing the policy of its auto-created Queue.
 pub const QUEUE_POLICY_LABEL: &str = "koord-queue/queue-policy";
 /// Workflow annotation with the job's total resources as a ResourceList JSON

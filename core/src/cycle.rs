@@ -100,6 +100,10 @@ pub(crate) struct Pass<'a> {
     pub watched: Option<QuotaId>,
     /// The running cycle's number (see `UnitEntry::reported`).
     pub cycle_no: u32,
+    /// Stop the queue after its first release that borrows (fair round).
+    pub one_borrower: bool,
+    /// It did.
+    pub borrowed: bool,
 }
 
 impl Core {
@@ -116,11 +120,20 @@ impl Core {
             self.apply_relaxations();
             order.clear();
             order.extend(self.queues.order.iter().map(|(_, _, q)| *q));
-            for &q in &order {
+            let fair_on = self.state.quotas.any_fair();
+            let mut fair = Vec::new();
+            for (position, &q) in order.iter().enumerate() {
                 if self.queues.get(q).is_some_and(QueueEntry::needs_visit) {
-                    self.evaluate_queue(q, &mut out);
+                    if fair_on && let Some(scope) = self.fair_scope_of(q) {
+                        fair.push((scope, position, q));
+                        continue;
+                    }
+                    self.evaluate_queue(q, &mut out, false);
                     self.requeue_withdrawn();
                 }
+            }
+            if !fair.is_empty() {
+                self.fair_round(fair, &mut out);
             }
             // Only reclaim leaves work behind a pass: pauses that ended,
             // units taken back, guaranteed units to try again.
@@ -190,7 +203,51 @@ impl Core {
         }
     }
 
-    fn evaluate_queue(&mut self, q: QueueId, out: &mut CycleOutput) {
+    /// Serves the queues of fair-sharing quotas (see `quota_tree/fair.rs`):
+    /// always the one whose quota has the lowest weighted share under its
+    /// fair-sharing parent, one borrowing release at a time, until none
+    /// releases more. Ties go by the queues' order.
+    fn fair_round(
+        &mut self,
+        queues: Vec<((QuotaId, QuotaId), usize, QueueId)>,
+        out: &mut CycleOutput,
+    ) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let share = |core: &Self, (parent, child): (QuotaId, QuotaId)| {
+            let none = Default::default();
+            core.state
+                .quotas
+                .weighted_share(parent, child, &none, &none)
+        };
+        let mut heap: BinaryHeap<_> = queues
+            .into_iter()
+            .map(|(scope, position, q)| Reverse((share(self, scope), position, q, scope)))
+            .collect();
+        while let Some(Reverse((_, position, q, scope))) = heap.pop() {
+            if !self.queues.get(q).is_some_and(QueueEntry::needs_visit) {
+                continue;
+            }
+            let borrowed = self.evaluate_queue(q, out, true);
+            self.requeue_withdrawn();
+            if borrowed {
+                heap.push(Reverse((share(self, scope), position, q, scope)));
+            }
+        }
+    }
+
+    /// The fair-sharing scope of queue `q`: the quota it serves (the one of
+    /// its name) has a fair-sharing ancestor.
+    fn fair_scope_of(&self, q: QueueId) -> Option<(QuotaId, QuotaId)> {
+        let entry = self.queues.get(q)?;
+        let quota = self.state.quotas.id(&entry.name)?;
+        self.state.quotas.fair_scope(quota)
+    }
+
+    /// Evaluates queue `q`; with `one_borrower`, it stops after the first
+    /// release that borrows (and is looked at again), returning whether one
+    /// did.
+    fn evaluate_queue(&mut self, q: QueueId, out: &mut CycleOutput, one_borrower: bool) -> bool {
         let Core {
             framework,
             state,
@@ -205,7 +262,7 @@ impl Core {
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
-            return;
+            return false;
         };
         let dirty = mem::replace(&mut entry.dirty, Dirty::Clean);
         let dirty_units = mem::take(&mut entry.dirty_units);
@@ -221,7 +278,7 @@ impl Core {
             .as_ref()
             .map(|d| (d.policy, d.reclaim, d.preemption))
         else {
-            return;
+            return false;
         };
         if dirty == Dirty::Relaxed
             && dirty_units.is_empty()
@@ -232,7 +289,7 @@ impl Core {
         {
             // Some limit got room, but not enough for any unit it stopped
             // here (the room may have been taken earlier in this cycle).
-            return;
+            return false;
         }
         out.stats.queues_visited += 1;
         let mut pass = Pass {
@@ -250,6 +307,8 @@ impl Core {
             now_ms: *now_ms,
             watched: None,
             cycle_no: *cycle_no,
+            one_borrower,
+            borrowed: false,
         };
         let full = dirty != Dirty::Clean;
         match policy {
@@ -272,6 +331,12 @@ impl Core {
                 }
             }
         }
+        if pass.borrowed {
+            // Stopped after one borrowing release: the rest is looked at in
+            // the queue's next turn.
+            entry.dirty = Dirty::Forced;
+        }
+        pass.borrowed
     }
 
     fn flush_reasons(&mut self, out: &mut CycleOutput) {
@@ -400,6 +465,7 @@ impl Pass<'_> {
         if !guaranteed {
             // More borrowing: a guaranteed unit may be able to reclaim now.
             self.reclaim.stale = true;
+            self.borrowed = self.one_borrower;
         }
         let amount = u.request.clone();
         self.framework
@@ -492,6 +558,9 @@ impl Pass<'_> {
                 Verdict::Fits => {
                     self.release(wk.id, &entry.name);
                     released.push(wk.clone());
+                    if self.borrowed {
+                        break;
+                    }
                 }
                 v => {
                     self.blocked(q, &mut entry.blockers, wk.id, v);
@@ -536,6 +605,9 @@ impl Pass<'_> {
                         reservation = None;
                         entry.dirty = Dirty::Forced;
                     }
+                    if self.borrowed {
+                        break;
+                    }
                 }
                 v => {
                     self.blocked(q, &mut entry.blockers, wk.id, v);
@@ -564,6 +636,9 @@ impl Pass<'_> {
                 Verdict::Fits => {
                     self.release(wk.id, &entry.name);
                     released.push(wk.clone());
+                    if self.borrowed {
+                        break;
+                    }
                 }
                 v => {
                     self.blocked(q, &mut entry.blockers, wk.id, v);

@@ -158,7 +158,17 @@ pub struct QuotaDef {
     pub max: Resources,
     /// Whether this is an inner node: no job may be charged to it.
     pub is_parent: bool,
+    /// On an inner node: its children share what lies above their mins by
+    /// weight (lowest weighted dominant share first; architecture §4.4,
+    /// fair sharing). Off, the first queue in the cycle's order takes it.
+    pub fair_sharing: bool,
+    /// Weight of this quota among its siblings under a fair-sharing parent,
+    /// in thousandths (1000 = weight 1).
+    pub weight_milli: i64,
 }
+
+/// The weight of a quota that names none.
+pub const DEFAULT_WEIGHT_MILLI: i64 = 1000;
 
 impl QuotaDef {
     /// A top-level leaf quota with no min and no max.
@@ -169,7 +179,22 @@ impl QuotaDef {
             min: Resources::new(),
             max: Resources::new(),
             is_parent: false,
+            fair_sharing: false,
+            weight_milli: DEFAULT_WEIGHT_MILLI,
         }
+    }
+
+    /// The same quota, an inner node whose children share fairly.
+    pub fn fair(mut self) -> Self {
+        self.is_parent = true;
+        self.fair_sharing = true;
+        self
+    }
+
+    /// The same quota with weight `weight_milli` / 1000 among its siblings.
+    pub fn weight(mut self, weight_milli: i64) -> Self {
+        self.weight_milli = weight_milli;
+        self
     }
 
     /// The same quota under `parent`.

@@ -58,6 +58,28 @@ pub async fn serve_namespaces(
     Ok(())
 }
 
+/// Sets annotations of quota `quota` (of the system namespace), e.g. the
+/// fair-sharing switch of a parent or a child's weight.
+pub async fn annotate_quota(
+    client: &kube::Client,
+    quota: &str,
+    annotations: &[(&str, &str)],
+) -> Result<()> {
+    let map: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect();
+    Api::<ElasticQuota>::namespaced(client.clone(), keys::SYSTEM_NAMESPACE)
+        .patch(
+            quota,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": map } })),
+        )
+        .await
+        .with_context(|| format!("annotating quota {quota}"))?;
+    Ok(())
+}
+
 /// [`create_quota`] serving jobs of `namespaces` too.
 pub async fn create_quota_serving(
     client: &kube::Client,

@@ -582,3 +582,194 @@ async fn a_higher_priority_job_preempts_lower_ones_in_its_quota() {
         monitor.max()
     );
 }
+
+/// A fair-sharing parent of 4 CPU with children `<name>-a` (weight 1) and
+/// `<name>-b` (weight `weight_b`), min 0; queues of both with
+/// `minRunSeconds: 0`. Returns the two leaves.
+async fn fair_pair(cp: &ControlPlane, name: &str, weight_b: &str) -> (String, String) {
+    let client = cp.client().await.unwrap();
+    create_quota(&client, name, None, true, "0", "4", None)
+        .await
+        .unwrap();
+    e2e::annotate_quota(&client, name, &[(keys::FAIR_SHARING_ANNOTATION, "true")])
+        .await
+        .unwrap();
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    for (leaf, weight) in [(&a, "1"), (&b, weight_b)] {
+        create_quota(&client, leaf, Some(name), false, "0", "4", None)
+            .await
+            .unwrap();
+        e2e::annotate_quota(
+            &client,
+            leaf,
+            &[(keys::FAIR_SHARE_WEIGHT_ANNOTATION, weight)],
+        )
+        .await
+        .unwrap();
+    }
+    let queues: Api<Queue> = Api::namespaced(client.clone(), keys::SYSTEM_NAMESPACE);
+    for leaf in [&a, &b] {
+        fixtures::eventually(Duration::from_secs(15), || async {
+            Ok(queues.get_opt(leaf).await?.is_some())
+        })
+        .await
+        .unwrap();
+        queues
+            .patch(
+                leaf,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": { "preemption": { "minRunSeconds": 0 } } })),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (a, b)
+}
+
+/// How many of the jobs `names` of `ns` are Running.
+async fn running(client: &kube::Client, ns: &str, names: &[String]) -> usize {
+    let mut n = 0;
+    for name in names {
+        if e2e::phase_of(client, ns, name).await.unwrap() == Some(Running) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Fair-share admission on batch Jobs: 4 CPU freed at once under a
+/// fair-sharing parent go 1 : 3 to children of weights 1 and 3, both with
+/// more waiting than that — not to whichever queue comes first.
+#[tokio::test]
+async fn freed_capacity_is_shared_by_weight() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    let (a, b) = fair_pair(cp, "fairadm", "3").await;
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec![a.clone(), b.clone()]);
+    // A blocker fills the pool; then both children queue 4 jobs each.
+    kubectl_create_job(cp, &ns, &job_yaml("blocker", &a, "4", "1h"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "blocker", &[Running], LONG)
+        .await
+        .unwrap();
+    let of_a: Vec<String> = (0..4).map(|i| format!("a-{i}")).collect();
+    let of_b: Vec<String> = (0..4).map(|i| format!("b-{i}")).collect();
+    for (leaf, names) in [(&a, &of_a), (&b, &of_b)] {
+        for name in names {
+            kubectl_create_job(cp, &ns, &job_yaml(name, leaf, "1", "1h"))
+                .await
+                .unwrap();
+        }
+    }
+    for name in of_a.iter().chain(&of_b) {
+        wait_phase(&client, &ns, name, &[Enqueued], LONG)
+            .await
+            .unwrap();
+    }
+    // The blocker's share (a at 100 %) is above b's: once b waits, fair
+    // reclaim may take it back; either way the pool ends split 1 : 3.
+    Api::<Job>::namespaced(client.clone(), &ns)
+        .delete("blocker", &DeleteParams::background())
+        .await
+        .unwrap();
+    let split = fixtures::eventually(LONG, || async {
+        Ok(running(&client, &ns, &of_a).await == 1 && running(&client, &ns, &of_b).await == 3)
+    })
+    .await;
+    if let Err(e) = split {
+        panic!(
+            "not split 1 : 3 ({e}): {}",
+            e2e::describe_units(&client, &ns).await
+        );
+    }
+    assert!(
+        monitor.max() <= 4000,
+        "pool held {} m > 4 CPU",
+        monitor.max()
+    );
+}
+
+/// Reclaim for fair share on batch Jobs: a child that took the whole pool
+/// while its sibling had nothing gives back, newest first, until the
+/// sibling's share would pass its own — and not beyond.
+#[tokio::test]
+async fn a_child_above_its_fair_share_gives_back_to_its_sibling() {
+    use k8s_openapi::api::events::v1::Event;
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    let (a, b) = fair_pair(cp, "fairrec", "1").await;
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec![a.clone(), b.clone()]);
+    let of_a: Vec<String> = (0..4).map(|i| format!("a-{i}")).collect();
+    for name in &of_a {
+        kubectl_create_job(cp, &ns, &job_yaml(name, &a, "1", "1h"))
+            .await
+            .unwrap();
+        wait_phase(&client, &ns, name, &[Running], LONG)
+            .await
+            .unwrap();
+        // Distinct release times: the most recent goes first.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let of_b: Vec<String> = (0..3).map(|i| format!("b-{i}")).collect();
+    for name in &of_b {
+        kubectl_create_job(cp, &ns, &job_yaml(name, &b, "1", "1h"))
+            .await
+            .unwrap();
+    }
+    // b's first two jobs take a's two newest back (a 4 → 2, b 0 → 2); the
+    // third would put b (75 %) above a (50 %): it waits.
+    let shared = fixtures::eventually(LONG, || async {
+        Ok(running(&client, &ns, &of_b).await == 2)
+    })
+    .await;
+    if let Err(e) = shared {
+        panic!(
+            "b did not get its share ({e}): {}",
+            e2e::describe_units(&client, &ns).await
+        );
+    }
+    for victim in ["a-3", "a-2"] {
+        let status = e2e::status_of(&client, &ns, victim).await.unwrap();
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.reason == "FairShareReclaimed"),
+            "{victim}: {status:?}"
+        );
+    }
+    assert_eq!(running(&client, &ns, &of_a[..2]).await, 2);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        running(&client, &ns, &of_b).await,
+        2,
+        "{}",
+        e2e::describe_units(&client, &ns).await
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let notes: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FairShareReclaimed"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("reclaimed for fair sharing") && n.contains(&b)),
+        "{notes:?}"
+    );
+    assert!(
+        monitor.max() <= 4000,
+        "pool held {} m > 4 CPU",
+        monitor.max()
+    );
+}

@@ -95,6 +95,10 @@ struct Node {
     defined: bool,
     parent: Option<QuotaId>,
     is_parent: bool,
+    /// Its children share fairly (see `fair.rs`).
+    fair: bool,
+    /// Its weight among fair-sharing siblings, in thousandths (> 0).
+    weight_milli: i64,
     min: Dense,
     max: Dense,
     min_eff: Dense,
@@ -125,6 +129,8 @@ impl Node {
             defined: false,
             parent: None,
             is_parent: false,
+            fair: false,
+            weight_milli: crate::model::DEFAULT_WEIGHT_MILLI,
             min: Dense::zeros(),
             max: Dense::unlimited(),
             min_eff: Dense::zeros(),
@@ -371,7 +377,13 @@ impl QuotaTree {
             return QuotaChange::None;
         };
         let structure = !node.defined || node.parent != parent || node.is_parent != def.is_parent;
-        let limits = node.min != min || node.max != max;
+        let weight = def.weight_milli.max(1);
+        let limits = node.min != min
+            || node.max != max
+            || node.fair != def.fair_sharing
+            || node.weight_milli != weight;
+        node.fair = def.fair_sharing;
+        node.weight_milli = weight;
         node.defined = true;
         node.parent = parent;
         node.is_parent = def.is_parent;
@@ -403,6 +415,8 @@ impl QuotaTree {
         node.defined = false;
         node.parent = None;
         node.is_parent = false;
+        node.fair = false;
+        node.weight_milli = crate::model::DEFAULT_WEIGHT_MILLI;
         node.min = Dense::zeros();
         node.max = Dense::unlimited();
         self.rebuild(res_names);
@@ -502,5 +516,8 @@ fn governs(node: &Node, resource: ResId) -> bool {
     node.min.get(resource) != 0 || node.max.get(resource) != UNLIMITED
 }
 
+mod fair;
 mod planning;
 mod shape;
+
+pub use fair::{SHARE_SCALE, Share};

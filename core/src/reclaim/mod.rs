@@ -41,17 +41,18 @@
 //! of being reclaimed, and the guaranteed unit is usually released at once.
 
 mod calls;
+mod fair;
 mod pick;
 mod preempt;
 pub(crate) mod state;
 
-use state::{Plan, Reclaim, ReclaimInFlight, ReclaimKind, ReclaimState, Source, VictimKey};
+use state::{Plan, Reclaim, ReclaimInFlight, ReclaimKind, ReclaimState, Source, Taking, VictimKey};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use super::amounts::UNLIMITED;
+use super::amounts::{ResVec, UNLIMITED};
 use super::cycle::{Pass, Verdict};
 use super::engine::{Core, CoreError};
 use super::ids::{QuotaId, ResId, UnitId};
@@ -67,6 +68,25 @@ pub(crate) enum Outcome {
     Impossible(WaitReason),
     /// Something other than quota stops it.
     Other(WaitReason),
+}
+
+/// The smallest set of `picks` (in the order taken) that still covers
+/// `deficits`: last taken first, a victim it can do without is given back.
+fn minimal(mut picks: Vec<(UnitId, ResVec)>, deficits: &mut [Deficit]) -> Vec<UnitId> {
+    let mut i = picks.len();
+    while i > 0 {
+        i -= 1;
+        let spare = deficits
+            .iter()
+            .all(|d| d.left.saturating_add(picks[i].1.get(d.resource)) <= 0);
+        if spare {
+            let (_, amount) = picks.remove(i);
+            for d in deficits.iter_mut() {
+                d.left = d.left.saturating_add(amount.get(d.resource));
+            }
+        }
+    }
+    picks.into_iter().map(|(v, _)| v).collect()
 }
 
 /// A limit on the guaranteed unit's path it does not fit under.
@@ -96,7 +116,11 @@ impl Pass<'_> {
                 && let Some(shortfall) = reason.shortfall()
             {
                 let shortfall = shortfall.clone();
-                let preempting = self.reclaim.plans.get(&id).is_some_and(|p| p.preempting);
+                let preempting = self
+                    .reclaim
+                    .plans
+                    .get(&id)
+                    .is_some_and(|p| p.taking == Taking::Preempting);
                 return Verdict::Blocked(if preempting {
                     WaitReason::Preempting {
                         shortfall,
@@ -125,8 +149,11 @@ impl Pass<'_> {
             .quotas
             .is_guaranteed_projected(u.quota, &u.request)
         {
-            // A borrowing unit never triggers reclaim.
-            return Verdict::Blocked(reason);
+            // A borrowing unit reclaims only for its fair share.
+            return match self.fair_reclaim(id, &reason) {
+                Some(outcome) => self.verdict(id, outcome),
+                None => Verdict::Blocked(reason),
+            };
         }
         if !self.reclaim_on {
             let borrowed = match &reason {
@@ -302,7 +329,7 @@ impl Pass<'_> {
                 None => return Outcome::Impossible(reason),
             }
         };
-        self.commit(id, reason, picks, pauses, false)
+        self.commit(id, reason, picks, pauses, Taking::Borrowed)
     }
 
     /// Takes the picked victims: those released by this cycle are taken
@@ -314,7 +341,7 @@ impl Pass<'_> {
         reason: WaitReason,
         picks: Vec<UnitId>,
         pauses: Vec<(Option<QuotaId>, ResId)>,
-        preempting: bool,
+        taking: Taking,
     ) -> Outcome {
         let mut in_flight = Vec::new();
         let mut withdrew = false;
@@ -342,7 +369,7 @@ impl Pass<'_> {
                     // from earlier releases frees room for the others
                     // counted in the plan (waiting for nobody).
                     for v in in_flight {
-                        let kind = self.kind_for(v, id, preempting);
+                        let kind = self.kind_for(v, id, taking);
                         self.mark_victim(v, None, id, kind);
                     }
                     return Outcome::Fits;
@@ -355,7 +382,7 @@ impl Pass<'_> {
             return Outcome::Other(reason);
         };
         for &v in &in_flight {
-            let kind = self.kind_for(v, id, preempting);
+            let kind = self.kind_for(v, id, taking);
             self.mark_victim(v, Some(id), id, kind);
         }
         let Some(u) = self.units.get(id) else {
@@ -374,24 +401,41 @@ impl Pass<'_> {
                 quota: u.quota,
                 promised: u.request.clone(),
                 pauses,
-                preempting,
+                taking,
             },
         );
-        if preempting {
+        if taking == Taking::Preempting {
             return Outcome::Waits(WaitReason::Preempting { shortfall, victims });
         }
         Outcome::Waits(WaitReason::Reclaiming { shortfall, victims })
     }
 
     /// Why victim `v` is taken for unit `id`.
-    fn kind_for(&self, v: UnitId, id: UnitId, preempting: bool) -> ReclaimKind {
-        if !preempting {
-            return ReclaimKind::Borrowed;
-        }
-        let priority = |u: UnitId| self.units.get(u).map_or(0, |e| e.priority);
-        ReclaimKind::Preempted {
-            priority: priority(v),
-            by_priority: priority(id),
+    fn kind_for(&self, v: UnitId, id: UnitId, taking: Taking) -> ReclaimKind {
+        match taking {
+            Taking::Borrowed => ReclaimKind::Borrowed,
+            Taking::Preempting => {
+                let priority = |u: UnitId| self.units.get(u).map_or(0, |e| e.priority);
+                ReclaimKind::Preempted {
+                    priority: priority(v),
+                    by_priority: priority(id),
+                }
+            }
+            Taking::FairShare => {
+                let tree = &self.state.quotas;
+                let scope = |u: UnitId| {
+                    let e = self.units.get(u)?;
+                    let (parent, child) = tree.fair_scope(e.quota?)?;
+                    Some((parent, child, e.request.clone()))
+                };
+                let share = scope(v).map_or(0, |(p, c, _)| {
+                    tree.weighted_share(p, c, &Default::default(), &Default::default())
+                });
+                let for_share = scope(id).map_or(0, |(p, c, request)| {
+                    tree.weighted_share(p, c, &request, &Default::default())
+                });
+                ReclaimKind::FairShare { share, for_share }
+            }
         }
     }
 

@@ -59,12 +59,12 @@ impl Pass<'_> {
         self.record_preemption(id, leaf, &picks);
         // No pause of borrowing: the freed room is in its own quota, whose
         // queue serves it before the lower-priority units it displaced.
-        Some(self.commit(id, reason.clone(), picks, Vec::new(), true))
+        Some(self.commit(id, reason.clone(), picks, Vec::new(), Taking::Preempting))
     }
 
     /// What unit `id` lacks at each limit on its path (and the capacity),
     /// once the reclaims in flight are done.
-    fn deficits(&self, id: UnitId, leaf: QuotaId) -> Option<Vec<Deficit>> {
+    pub(super) fn deficits(&self, id: UnitId, leaf: QuotaId) -> Option<Vec<Deficit>> {
         let u = self.units.get(id)?;
         let tree = &self.state.quotas;
         let path = tree.path(leaf).ok()?;
@@ -176,26 +176,12 @@ impl Pass<'_> {
             return None;
         }
         self.reclaim.preempt_later.remove(&id);
-        // The smallest set: give back, last taken first, what is not needed.
-        let mut i = picks.len();
-        while i > 0 {
-            i -= 1;
-            let spare = deficits
-                .iter()
-                .all(|d| d.left.saturating_add(picks[i].1.get(d.resource)) <= 0);
-            if spare {
-                let (_, amount) = picks.remove(i);
-                for d in deficits.iter_mut() {
-                    d.left = d.left.saturating_add(amount.get(d.resource));
-                }
-            }
-        }
-        Some(picks.into_iter().map(|(v, _)| v).collect())
+        Some(minimal(picks, deficits))
     }
 
     /// Whether `victim` was admitted by displacing `preemptor` (who must not
     /// take it back in turn).
-    fn displaced_by(&self, victim: UnitId, preemptor: UnitId) -> bool {
+    pub(super) fn displaced_by(&self, victim: UnitId, preemptor: UnitId) -> bool {
         self.reclaim
             .displaced
             .get(&victim)
@@ -203,7 +189,7 @@ impl Pass<'_> {
     }
 
     /// Whether `leaf` has preempted its cap's worth in the last minute.
-    fn over_cap(&mut self, leaf: QuotaId) -> bool {
+    pub(super) fn over_cap(&mut self, leaf: QuotaId) -> bool {
         let Some(cap) = self.preemption.max_per_minute else {
             return false;
         };
@@ -213,7 +199,7 @@ impl Pass<'_> {
         recent.len() >= usize::try_from(cap).unwrap_or(usize::MAX)
     }
 
-    fn record_preemption(&mut self, id: UnitId, leaf: QuotaId, picks: &[UnitId]) {
+    pub(super) fn record_preemption(&mut self, id: UnitId, leaf: QuotaId, picks: &[UnitId]) {
         let now = self.now_ms;
         self.reclaim
             .preempted_at

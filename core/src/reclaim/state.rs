@@ -48,20 +48,53 @@ pub enum ReclaimKind {
         /// The preemptor's.
         by_priority: i32,
     },
+    /// Under a fair-sharing parent, its quota holds more of the pool than
+    /// the waiting unit's quota would with it (weighted shares, in
+    /// millionths of the pool per unit of weight).
+    FairShare {
+        /// The victim's quota's share before the reclaim.
+        share: i64,
+        /// The waiting unit's quota's share once it is admitted.
+        for_share: i64,
+    },
+}
+
+/// Why victims are being taken for a waiting unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// For a guaranteed unit, from quotas that borrow.
+    Borrowed,
+    /// For a unit of higher priority, in its own quota.
+    Preempting,
+    /// For a borrowing unit, from a sibling above its fair share.
+    FairShare,
 }
 
 impl Reclaim {
     /// A sentence for the victim's status and events.
     pub fn message(&self) -> String {
-        if let ReclaimKind::Preempted {
-            priority,
-            by_priority,
-        } = self.kind
-        {
-            return format!(
-                "preempted by {} (priority {by_priority}, above this job's {priority}), which needs the quota it holds in quota {}",
-                self.for_unit, self.for_quota
-            );
+        match self.kind {
+            ReclaimKind::Preempted {
+                priority,
+                by_priority,
+            } => {
+                return format!(
+                    "preempted by {} (priority {by_priority}, above this job's {priority}), which needs the quota it holds in quota {}",
+                    self.for_unit, self.for_quota
+                );
+            }
+            ReclaimKind::FairShare { share, for_share } => {
+                let pct = |s: i64| s as f64 / 10_000.0;
+                return format!(
+                    "reclaimed for fair sharing: quota {} holds {:.1}% of the shared pool per unit of weight, more than quota {} would with {} ({:.1}%)",
+                    self.quota.as_deref().unwrap_or("-"),
+                    pct(share),
+                    self.for_quota,
+                    self.for_unit,
+                    pct(for_share)
+                );
+            }
+            ReclaimKind::Borrowed => {}
         }
         let why = match &self.quota {
             Some(q) => format!("quota {q} uses more than its min"),
@@ -206,8 +239,8 @@ pub(crate) struct Plan {
     pub promised: ResVec,
     /// Where borrowing is paused for it: (quota or cluster, resource).
     pub pauses: Vec<(Option<QuotaId>, ResId)>,
-    /// Whether it preempts (else it reclaims borrowed quota).
-    pub preempting: bool,
+    /// Why its victims are taken.
+    pub taking: Taking,
 }
 
 /// The reclaim book-keeping of the core.

@@ -1,6 +1,7 @@
 //! Tests of the whole core, through its public calls.
 
 mod config;
+mod fair;
 mod incremental;
 mod ordering;
 mod plugins;

@@ -66,6 +66,13 @@ enum Event {
         under_p1: bool,
     },
     Toggle(usize),
+    /// Fair sharing on or off at a parent, and a weight of one quota.
+    Fair {
+        parent: usize,
+        on: bool,
+        quota: usize,
+        weight_milli: i64,
+    },
     Capacity(Option<[Option<i64>; 2]>),
     NsQuota {
         ns: usize,
@@ -112,6 +119,9 @@ fn events(w: [u32; 4], cpus: i64) -> impl Strategy<Value = Event> {
         1 => (0..6usize, 0..8i64).prop_map(|(quota, min)| Event::SetMin { quota, min: min * 1000 }),
         1 => any::<bool>().prop_map(|under_p1| Event::MoveL3 { under_p1 }),
         1 => (0..6usize).prop_map(Event::Toggle),
+        1 => (0..2usize, any::<bool>(), 0..6usize, 1..4000i64).prop_map(|(parent, on, quota, weight_milli)| {
+            Event::Fair { parent, on, quota, weight_milli }
+        }),
         2 => of((of(0..25i64), of(0..5i64))).prop_map(|c| {
             Event::Capacity(c.map(|(cpu, gpu)| [cpu.map(|c| c * 1000), gpu]))
         }),
@@ -134,6 +144,8 @@ struct QuotaModel {
     min: i64,
     max: [Option<i64>; 2],
     defined: bool,
+    fair: bool,
+    weight_milli: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -196,6 +208,8 @@ impl Model {
             min: min * 1000,
             max: [cpu_max.map(|m| m * 1000), gpu_max],
             defined: true,
+            fair: false,
+            weight_milli: 1000,
         };
         Self {
             quotas: vec![
@@ -222,6 +236,8 @@ impl Model {
         let mut d = QuotaDef::new(QUOTAS[q]).min("cpu", m.min);
         d.parent = m.parent.map(|p| QUOTAS[p].to_string());
         d.is_parent = m.is_parent;
+        d.fair_sharing = m.fair;
+        d.weight_milli = m.weight_milli;
         for (r, max) in m.max.iter().enumerate() {
             if let Some(max) = max {
                 d.max.set(RES[r], *max);
@@ -660,6 +676,21 @@ impl Model {
             Event::MoveL3 { under_p1 } => {
                 self.quotas[L3].parent = under_p1.then_some(P1);
                 self.push_quota(core, L3);
+            }
+            Event::Fair {
+                parent,
+                on,
+                quota,
+                weight_milli,
+            } => {
+                // Only the order of releases changes: every invariant holds.
+                self.quotas[*parent].fair = *on;
+                self.quotas[*quota].weight_milli = *weight_milli;
+                for q in [*parent, *quota] {
+                    if self.quotas[q].defined {
+                        self.push_quota(core, q);
+                    }
+                }
             }
             Event::Toggle(q) => {
                 let m = &mut self.quotas[*q];

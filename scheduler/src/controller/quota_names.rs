@@ -114,6 +114,8 @@ mod tests {
             namespace: ns.into(),
             parent: "root".into(),
             is_parent: false,
+            fair_sharing: false,
+            weight_milli: 1000,
             min: Resources::new(),
             max: Resources::from_iter([("cpu".to_string(), max_cpu)]),
             policy: Default::default(),

@@ -13,6 +13,10 @@ pub struct QuotaRecord {
     pub parent: String,
     /// Inner node.
     pub is_parent: bool,
+    /// Its children share fairly.
+    pub fair_sharing: bool,
+    /// Its fair-sharing weight, in thousandths.
+    pub weight_milli: i64,
     /// min.
     pub min: Resources,
     /// max.
@@ -35,15 +39,23 @@ impl QuotaRecord {
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
-        let (min, max, invalid) = match (parse(&quota.spec.min), parse(&quota.spec.max)) {
+        let (min, max, mut invalid) = match (parse(&quota.spec.min), parse(&quota.spec.max)) {
             (Ok(min), Ok(max)) => (min, max, None),
             (Err(e), _) | (_, Err(e)) => (Resources::new(), Resources::new(), Some(e.to_string())),
         };
+        // A weight that cannot be read makes the quota invalid like a bad
+        // min would: guessing a weight would share someone else's capacity.
+        let weight_milli = quota.fair_share_weight_milli().unwrap_or_else(|e| {
+            invalid.get_or_insert(e);
+            1000
+        });
         Self {
             name: quota.name_any(),
             namespace: quota.namespace().unwrap_or_default(),
             parent: quota.parent_name().to_string(),
             is_parent: quota.is_parent(),
+            fair_sharing: quota.fair_sharing(),
+            weight_milli,
             min,
             max,
             policy: quota

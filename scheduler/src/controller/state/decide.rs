@@ -486,6 +486,9 @@ pub(super) const RECLAIMED: &str = "Reclaimed";
 
 /// Condition reason (and backoff reason) of a unit preempted inside its quota.
 pub(super) const PREEMPTED: &str = "Preempted";
+/// Reason of a unit sent back because its quota held more than its fair
+/// share of a fair-sharing parent's pool.
+pub(super) const FAIR_SHARE: &str = "FairShareReclaimed";
 
 /// Where a backoff message says when the unit returns.
 pub(super) const BACK_IN_QUEUE: &str = "; back in queue ";

@@ -71,6 +71,8 @@ impl Controller {
                 min: rec.min.clone(),
                 max: rec.max.clone(),
                 is_parent: rec.is_parent,
+                fair_sharing: rec.fair_sharing,
+                weight_milli: rec.weight_milli,
             };
             if let Err(error) = self.core.upsert_quota(&def) {
                 tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");

@@ -79,6 +79,7 @@ impl Controller {
         let reason = match reclaim.kind {
             crate::core::ReclaimKind::Borrowed => RECLAIMED,
             crate::core::ReclaimKind::Preempted { .. } => PREEMPTED,
+            crate::core::ReclaimKind::FairShare { .. } => FAIR_SHARE,
         };
         tracing::info!(victim = %k, for_unit = %reclaim.for_unit, resources = %reclaim.resources, reason, "taking quota back");
         self.metrics

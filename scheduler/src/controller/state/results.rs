@@ -236,6 +236,7 @@ impl Controller {
             let event_reason = match reason {
                 RECLAIMED => "Reclaimed",
                 PREEMPTED => "Preempted",
+                FAIR_SHARE => "FairShareReclaimed",
                 "AdmissionCheck" => "AdmissionCheckFailed",
                 "SchedulingTimeout" => "SchedulingFailed",
                 _ => "RunningTimeout",
@@ -249,7 +250,7 @@ impl Controller {
             if let Some(job) = target {
                 self.event(&job, true, event_reason, message);
             }
-        } else if reason == RECLAIMED || reason == PREEMPTED {
+        } else if [RECLAIMED, PREEMPTED, FAIR_SHARE].contains(&reason) {
             // The victim keeps its quota; the guaranteed unit plans again.
             core_step("cancel_reclaim", k, self.core.cancel_reclaim(k));
             self.request_cycle();
