@@ -205,7 +205,7 @@ impl Writer {
                 }
                 Outcome::NotLeader => {
                     self.metrics.fenced_writes.inc();
-                    tracing::info!(operation = write.operation(), unit = ?write.unit(), "write not sent: this replica no longer leads");
+                    tracing::debug!(operation = write.operation(), unit = ?write.unit(), "write not sent: this replica no longer leads");
                 }
                 Outcome::Done(_) | Outcome::Gone => {}
             }
