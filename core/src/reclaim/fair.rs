@@ -126,13 +126,6 @@ impl Pass<'_> {
                 }
             }
         }
-        if deficits.iter().any(|d| d.left > 0) {
-            if let Some(due) = too_young {
-                self.reclaim.preempt_later.insert(id, due);
-            }
-            return None;
-        }
-        self.reclaim.preempt_later.remove(&id);
-        Some(minimal(picks, deficits))
+        self.settle(id, picks, deficits, too_young)
     }
 }

@@ -168,9 +168,21 @@ impl Pass<'_> {
                 break;
             }
         }
+        self.settle(id, picks, deficits, too_young)
+    }
+
+    /// The smallest set of `picks` if they cover every deficit of unit
+    /// `id`; otherwise `None`, and if victims too young now (until `too_young`)
+    /// may do later, the unit is looked at again then.
+    pub(super) fn settle(
+        &mut self,
+        id: UnitId,
+        picks: Vec<(UnitId, ResVec)>,
+        deficits: &mut [Deficit],
+        too_young: Option<i64>,
+    ) -> Option<Vec<UnitId>> {
         if deficits.iter().any(|d| d.left > 0) {
             if let Some(due) = too_young {
-                // Victims that are too young now may do later.
                 self.reclaim.preempt_later.insert(id, due);
             }
             return None;
