@@ -77,6 +77,8 @@ pub struct PhaseConfig {
     pub floor_writes: Option<FloorWrites>,
     /// The phase fails when the jobs have not all finished by then.
     pub timeout: Duration,
+    /// Merged into the spec of every leaf's Queue (`--queue-spec`).
+    pub queue_spec: Option<serde_json::Value>,
 }
 
 /// A metric of the scheduler's or the webhook's `/metrics`.
@@ -162,7 +164,12 @@ where
 
 /// Creates the PriorityClasses, the creators' RBAC, the quota tree and the
 /// namespaces.
-pub async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Result<()> {
+pub async fn prepare(
+    admin: &kube::Client,
+    shape: &Shape,
+    kind: PhaseKind,
+    queue_spec: Option<&serde_json::Value>,
+) -> Result<()> {
     fixtures::apply_koord_queue_crds(admin).await?;
     fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
     let classes: Api<PriorityClass> = Api::all(admin.clone());
@@ -219,6 +226,9 @@ pub async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Re
             )
             .await?;
         }
+        if let Some(extra) = queue_spec {
+            create_leaf_queues(admin, shape, extra).await?;
+        }
     }
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     for leaf in &shape.leaves {
@@ -232,6 +242,32 @@ pub async fn prepare(admin: &kube::Client, shape: &Shape, kind: PhaseKind) -> Re
             "metadata": { "name": leaf.namespace, "labels": labels },
         }))?;
         create_ignoring_conflict(&namespaces, &ns).await?;
+    }
+    Ok(())
+}
+
+/// Creates each leaf's Queue (the scheduler would create it with the
+/// default spec; one that exists and that it did not create is left as it
+/// is), its spec `Priority` merged with `extra`.
+async fn create_leaf_queues(
+    admin: &kube::Client,
+    shape: &Shape,
+    extra: &serde_json::Value,
+) -> Result<()> {
+    let queues: Api<koord_queue_api::Queue> =
+        Api::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE);
+    for leaf in &shape.leaves {
+        let mut spec = json!({ "queuePolicy": "Priority" });
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let queue = serde_json::from_value(json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
+            "metadata": { "name": leaf.name, "namespace": keys::SYSTEM_NAMESPACE },
+            "spec": spec,
+        }))
+        .with_context(|| format!("--queue-spec does not make a Queue spec: {extra}"))?;
+        create_ignoring_conflict(&queues, &queue).await?;
     }
     Ok(())
 }
@@ -265,7 +301,7 @@ pub async fn run(
     let cp = ControlPlane::start(Tier::One).await?;
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    prepare(&admin, &shape, kind).await?;
+    prepare(&admin, &shape, kind, config.queue_spec.as_ref()).await?;
 
     let mut scheduler_options = config.scheduler.clone();
     scheduler_options.root_cpu = (kind == PhaseKind::Run).then_some(shape.root_cpu);

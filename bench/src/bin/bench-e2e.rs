@@ -94,6 +94,11 @@ struct Cli {
     /// A phase fails when its jobs have not all finished by then.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
+    /// JSON merged into the spec of every leaf quota's Queue, created
+    /// before the scheduler starts (which then leaves it as it is), e.g.
+    /// `{"preemption":{"withinQuota":"LowerPriority"},"reserveHead":{"abovePriority":150}}`.
+    #[arg(long, value_parser = parse_json_object)]
+    queue_spec: Option<serde_json::Value>,
     /// Chaos: from the start of one fault to the start of the next.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     fault_interval: Duration,
@@ -224,6 +229,7 @@ async fn run(cli: Cli) -> Result<bool> {
             create_concurrency: cli.create_concurrency,
             floor_writes: floor_writes_by_round.last().cloned(),
             timeout: cli.timeout,
+            queue_spec: cli.queue_spec.clone(),
         };
         let result = phase::run(shape.clone(), &config, stats.clone()).await?;
         if kind == PhaseKind::Saturated {
@@ -246,6 +252,7 @@ async fn run(cli: Cli) -> Result<bool> {
             "job_events": cli.job_events,
             "cycle_batch": format!("{:?}", cli.cycle_batch),
         },
+        "queue_spec": cli.queue_spec,
         "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
         "machine": {
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -417,4 +424,13 @@ fn source_revision() -> serde_json::Value {
     let changed =
         git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count());
     json!({ "commit": git(&["rev-parse", "HEAD"]), "modified_files": changed })
+}
+
+/// A JSON object from the command line.
+fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str(text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => Err("expected a JSON object such as {\"preemption\":{...}}".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
 }

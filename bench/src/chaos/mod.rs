@@ -125,7 +125,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     let stats = Arc::new(ApiStats::default());
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    phase::prepare(&admin, &shape, PhaseKind::Run).await?;
+    phase::prepare(&admin, &shape, PhaseKind::Run, None).await?;
     install::fencing_policy(&cp, keys::SYSTEM_NAMESPACE, LEASE).await?;
 
     eprintln!("[chaos] starting 2 webhooks, the balancer and 2 schedulers (processes)");
