@@ -53,9 +53,11 @@ pub fn figures(config: &FairnessConfig, record: &RunRecord) -> Figures {
     )
 }
 
-/// The goals of a run, checked.
-pub fn goals(figures: &Figures, record: &RunRecord) -> Value {
+/// The goals of a run, checked; `every_tenant_waiting_throughout` says the
+/// run measured what it should (every child wanted more than it got).
+pub fn goals(config: &FairnessConfig, figures: &Figures, record: &RunRecord) -> Value {
     json!({
+        "every_tenant_waiting_throughout": figures.samples > 0 && min_waiting(config, record).iter().all(|w| *w > 0),
         "shares_within_5_points_of_target": figures.samples > 0 && figures.max_deviation <= SHARE_GOAL,
         "utilization_at_least_95_percent": figures.utilization >= UTILIZATION_GOAL,
         "no_quota_violations": record.running_violations == 0 && record.unit_violations == 0,
@@ -184,7 +186,7 @@ pub fn run_json(config: &FairnessConfig, record: &RunRecord) -> Value {
         "unit_phase_entries": record.phase_entries,
         "scheduler_metrics": record.scheduler_metrics,
         "runtime_write_errors": { "count": record.runtime_errors.0, "last": record.runtime_errors.1 },
-        "goals": goals(&f, record),
+        "goals": goals(config, &f, record),
         "samples": {
             "every_ms": u64::try_from(config.sample_every.as_millis()).unwrap_or(0),
             "t_s": record.samples.iter().map(|s| round(s.t, 2)).collect::<Vec<_>>(),
@@ -410,6 +412,7 @@ mod tests {
         let v = run_json(&config, &r);
         assert_eq!(v["goals"]["shares_within_5_points_of_target"], true);
         assert_eq!(v["goals"]["utilization_at_least_95_percent"], true);
+        assert_eq!(v["goals"]["every_tenant_waiting_throughout"], true);
         assert_eq!(v["jain_index_of_weighted_shares"], 1.0);
         assert_eq!(v["siblings"][2]["share_of_borrowed"], 0.5);
         assert_eq!(v["siblings"][0]["min_waiting_jobs_in_window"], 20);
@@ -421,7 +424,10 @@ mod tests {
     fn an_unfair_run_misses_the_share_goal_and_a_violation_fails() {
         let config = FairnessConfig::default();
         let mut r = record(false, [100.0, 10.0, 10.0]);
+        // One sample in the window without a waiting job of fair-b.
+        r.samples[100].waiting[1] = 0;
         let v = run_json(&config, &r);
+        assert_eq!(v["goals"]["every_tenant_waiting_throughout"], false);
         assert_eq!(v["goals"]["shares_within_5_points_of_target"], false);
         assert_eq!(v["max_share_deviation_points"], 75.0);
         assert!(failures(&config, &r).is_empty(), "unfair is a result");

@@ -188,11 +188,12 @@ pub async fn run(
         .map(|_| Arc::new(AtomicUsize::new(0)))
         .collect();
     let mut tenants = Vec::new();
+    let mut results: Vec<Option<(usize, bool)>> = vec![None; children];
     for (child, count) in waiting.iter().enumerate() {
         let jobs: Vec<usize> = (0..shape.jobs.len())
             .filter(|&i| shape.jobs[i].leaf == child)
             .collect();
-        tenants.push(tokio::spawn(keep_backlog(
+        tenants.push(Some(tokio::spawn(keep_backlog(
             shape.clone(),
             runner.clone(),
             creator.clone(),
@@ -200,7 +201,7 @@ pub async fn run(
             config.backlog,
             until,
             count.clone(),
-        )));
+        ))));
     }
 
     // Sample every child's running CPU until the tenants stop.
@@ -236,18 +237,24 @@ pub async fn run(
             );
         }
         samples.push(sample);
-        if let Some(failed) = tenants.iter().position(|t| t.is_finished()) {
-            // A tenant stops early only when it failed.
-            let task = tenants.remove(failed);
-            task.await.context("a tenant task failed")??;
-            bail!("[{name}] tenant {failed} stopped early");
+        // A tenant that fails stops the run at once.
+        for (task, result) in tenants.iter_mut().zip(&mut results) {
+            if task.as_ref().is_some_and(|t| t.is_finished())
+                && let Some(task) = task.take()
+            {
+                *result = Some(task.await.context("a tenant task failed")??);
+            }
         }
     }
     let submitted_until = runner.now();
     let mut created = Vec::new();
     let mut plan_exhausted = Vec::new();
-    for task in tenants {
-        let (n, exhausted) = task.await.context("a tenant task failed")??;
+    for (task, result) in tenants.into_iter().zip(results) {
+        let (n, exhausted) = match (task, result) {
+            (_, Some(done)) => done,
+            (Some(task), None) => task.await.context("a tenant task failed")??,
+            (None, None) => (0, false),
+        };
         created.push(n);
         plan_exhausted.push(exhausted);
     }
