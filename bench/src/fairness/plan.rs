@@ -13,11 +13,6 @@ use crate::shape::{LEAF_MAX_CPU, Leaf, Parent, PlannedJob, Shape};
 
 /// Name of the parent quota.
 pub const PARENT: &str = "fair";
-/// Annotation on the parent quota that switches fair sharing of its
-/// children's borrowed capacity on (`"true"`) or off (`"false"`).
-pub const FAIR_SHARING_ANNOTATION: &str = "koord-queue/fair-sharing";
-/// Annotation on a child quota: its weight (a positive number, default 1).
-pub const WEIGHT_ANNOTATION: &str = "koord-queue/fair-share-weight";
 
 /// One child quota (tenant).
 #[derive(Clone, Debug, Serialize)]

@@ -17,7 +17,7 @@ use koord_queue_tests::{ControlPlane, Tier, proc_stats};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::plan::{FAIR_SHARING_ANNOTATION, FairnessConfig, PARENT, WEIGHT_ANNOTATION};
+use super::plan::{FairnessConfig, PARENT};
 use super::shares::Sample;
 use crate::api_stats::{self, ApiStats, Component};
 use crate::checker::Checker;
@@ -76,14 +76,15 @@ async fn set_quotas(admin: &kube::Client, config: &FairnessConfig, fair: bool) -
     let quotas: Api<ElasticQuota> = Api::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE);
     let params = PatchParams::default();
     let switch = if fair { "true" } else { "false" };
-    let parent = json!({ "metadata": { "annotations": { FAIR_SHARING_ANNOTATION: switch } } });
+    let parent =
+        json!({ "metadata": { "annotations": { keys::FAIR_SHARING_ANNOTATION: switch } } });
     quotas
         .patch(PARENT, &params, &Patch::Merge(&parent))
         .await
         .context("annotating the parent quota")?;
     for child in &config.children {
         let patch = json!({
-            "metadata": { "annotations": { WEIGHT_ANNOTATION: child.weight.to_string() } },
+            "metadata": { "annotations": { keys::FAIR_SHARE_WEIGHT_ANNOTATION: child.weight.to_string() } },
             "spec": { "min": { "cpu": child.min_cpu.to_string() } },
         });
         quotas
