@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 
-.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-memory images image-binaries push
+.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory images image-binaries push
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ bench-e2e: provision ## End-to-end benchmark in Kueue's baseline shape (SCALE=15
 bench-chaos: provision ## The baseline shape with faults: 2 scheduler + 2 webhook processes (SCALE=15k; writes $(BENCH_OUT)/chaos-$(SCALE).json)
 	$(CARGO) build --release -q -p koord-queue-webhook -p koord-queue-scheduler
 	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases chaos --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
+
+bench-fairness: provision ## Fair sharing of borrowed capacity: 3 siblings, weights 1:1:2, off then on (writes $(BENCH_OUT)/fairness.json/.svg; BENCH_ARGS="--fair-sharing on")
+	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases fairness --out-dir $(BENCH_OUT) $(BENCH_ARGS)
 
 bench-memory: provision ## Scheduler process RSS with 100,000 QueueUnits cached (BENCH_ARGS="--units N --queues N")
 	$(CARGO) run -q -p koord-queue-bench --bin scheduler-memory -- $(BENCH_ARGS)

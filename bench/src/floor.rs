@@ -127,7 +127,7 @@ pub fn unit_manifest(shape: &Shape, i: usize, created: &Job, unit_name: &str) ->
 fn status_write(shape: &Shape, i: usize, k: u64) -> Value {
     let job = &shape.jobs[i];
     let leaf = &shape.leaves[job.leaf];
-    let cpu = CLASSES[job.class].cpu.to_string();
+    let cpu = job.cpu.to_string();
     let status = match k {
         0 => {
             let message = format!(

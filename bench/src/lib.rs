@@ -8,6 +8,7 @@ pub mod api_stats;
 pub mod chaos;
 pub mod checker;
 pub mod components;
+pub mod fairness;
 pub mod floor;
 pub mod output;
 pub mod phase;

@@ -1,13 +1,13 @@
 //! The job runtime of a tier 1 control plane (no controller manager, no
 //! nodes), as Kueue's scheduler-performance runner plays it: it watches the
 //! benchmark's Jobs, and when one is released (unsuspended) it marks it
-//! running (`startTime`, `active: 1`, `ready: 1`), and after its class's
-//! runtime complete (`SuccessCriteriaMet` + `Complete`, `completionTime`,
-//! `succeeded: 1`). A job suspended again (reclaimed) loses its pods
-//! (`active: 0`, `startTime` cleared, as the job controller does) and its
-//! pending completion. It also records when each job was created, released
-//! and finished, and checks the CPU of the jobs that actually run against
-//! every quota's max.
+//! running (`startTime`, `active: 1`, `ready: 1`), and after its runtime
+//! (its class's in Kueue's shape) complete (`SuccessCriteriaMet` +
+//! `Complete`, `completionTime`, `succeeded: 1`). A job suspended again
+//! (reclaimed) loses its pods (`active: 0`, `startTime` cleared, as the job
+//! controller does) and its pending completion. It also records when each
+//! job was created, released and finished, and checks the CPU of the jobs
+//! that actually run against every quota's max.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,8 @@ use super::shape::{CLASS_LABEL, CLASSES, Shape};
 pub struct RuntimeOptions {
     /// Mark a released job running before completing it.
     pub mark_running: bool,
-    /// Run each job for its class's runtime (`false`: complete at once).
+    /// Run each job for its planned runtime (its class's in Kueue's shape;
+    /// `false`: complete at once).
     pub class_runtimes: bool,
     /// Job status writes in flight at most.
     pub write_concurrency: usize,
@@ -143,7 +144,7 @@ impl State {
                     continue;
                 }
                 if j.completion_written.is_some() {
-                    sent += i64::from(CLASSES[planned.class].cpu) * 1000;
+                    sent += i64::from(planned.cpu) * 1000;
                 }
                 if jobs.len() < 60 {
                     let name = format!("{}/{}", shape.leaves[planned.leaf].namespace, planned.name);
@@ -403,7 +404,7 @@ impl Runner {
             });
         let t = self.now();
         let planned = &self.shape.jobs[i];
-        let cpu = i64::from(CLASSES[planned.class].cpu) * 1000;
+        let cpu = i64::from(planned.cpu) * 1000;
         let leaf = planned.leaf;
         let object = format!("{ns}/{name}");
         let Ok(mut guard) = self.state.lock() else {
@@ -467,7 +468,7 @@ impl Runner {
 
     async fn run_job(self: Arc<Self>, i: usize, generation: u64, start_time: Option<Value>) {
         let runtime = if self.options.class_runtimes {
-            CLASSES[self.shape.jobs[i].class].runtime
+            self.shape.jobs[i].runtime
         } else {
             Duration::ZERO
         };

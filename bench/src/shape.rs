@@ -101,6 +101,11 @@ pub struct PlannedJob {
     pub class: usize,
     /// Place in its `(leaf, class)` arrival sequence.
     pub seq: usize,
+    /// CPU request of its single pod (its class's in Kueue's shape).
+    pub cpu: u32,
+    /// How long it runs once released (its class's runtime in Kueue's
+    /// shape).
+    pub runtime: Duration,
 }
 
 /// The whole benchmark shape.
@@ -187,11 +192,27 @@ impl Shape {
                         leaf: l,
                         class: c,
                         seq,
+                        cpu: class.cpu,
+                        runtime: class.runtime,
                     });
                 }
             }
         }
-        let index = planned
+        let root_cpu = u32::try_from(queues).unwrap_or(u32::MAX) * LEAF_MIN_CPU;
+        Ok(Self::from_parts(scale, parents, leaves, root_cpu, planned))
+    }
+
+    /// A shape of any tree and jobs (another scenario than Kueue's, e.g.
+    /// the fair-sharing run): `jobs` refer to `leaves` by index, `leaves`
+    /// to `parents`.
+    pub fn from_parts(
+        scale: &str,
+        parents: Vec<Parent>,
+        leaves: Vec<Leaf>,
+        root_cpu: u32,
+        jobs: Vec<PlannedJob>,
+    ) -> Self {
+        let index = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| ((leaves[j.leaf].namespace.clone(), j.name.clone()), i))
@@ -201,15 +222,15 @@ impl Shape {
             .enumerate()
             .map(|(i, l)| (l.name.clone(), i))
             .collect();
-        Ok(Self {
+        Self {
             scale: scale.to_string(),
             parents,
-            root_cpu: u32::try_from(queues).unwrap_or(u32::MAX) * LEAF_MIN_CPU,
+            root_cpu,
             leaves,
-            jobs: planned,
+            jobs,
             index,
             leaf_index,
-        })
+        }
     }
 
     /// Index of job `namespace/name`.
@@ -262,7 +283,7 @@ impl Shape {
                         "containers": [{
                             "name": "main",
                             "image": "busybox",
-                            "resources": { "requests": { "cpu": class.cpu.to_string() } },
+                            "resources": { "requests": { "cpu": job.cpu.to_string() } },
                         }],
                     },
                 },

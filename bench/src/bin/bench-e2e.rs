@@ -17,6 +17,13 @@
 //! each, and faults injected on a schedule; writes `chaos-<scale>.json`.
 //! Fails on a quota violation, a double release, an unfinished job or
 //! quota left held. See docs/reliability.md.
+//!
+//! `--phases fairness` (`make bench-fairness`; `--scenario fairness` is the
+//! same) runs the fair-sharing scenario of issue 19 instead: three sibling
+//! quotas with weights 1:1:2 under one parent, each tenant submitting more
+//! than the parent holds, with fair sharing off and on (`--fair-sharing`);
+//! writes `fairness.json` and `fairness.svg`. Fails on a quota violation
+//! or an unfinished job. See docs/performance.md, "Fair sharing".
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -29,6 +36,7 @@ use clap::Parser;
 use koord_queue_bench::api_stats::ApiStats;
 use koord_queue_bench::chaos::{self, ChaosConfig, faults::FaultKind, faults::FaultPlan};
 use koord_queue_bench::components::SchedulerOptions;
+use koord_queue_bench::fairness::{self, plan::FairnessConfig};
 use koord_queue_bench::output;
 use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
 use koord_queue_bench::rounds;
@@ -60,8 +68,14 @@ struct Cli {
     /// Override the number of parent quotas (Kueue cohorts).
     #[arg(long)]
     cohorts: Option<usize>,
-    /// Phases to run, in order; or `chaos` alone (docs/reliability.md).
-    #[arg(long, value_delimiter = ',', default_value = "run,saturated,floor")]
+    /// Phases to run, in order; or `chaos` alone (docs/reliability.md), or
+    /// `fairness` alone (the fair-sharing scenario).
+    #[arg(
+        long,
+        alias = "scenario",
+        value_delimiter = ',',
+        default_value = "run,saturated,floor"
+    )]
     phases: Vec<String>,
     /// Rounds of the saturated run and the floor (alternating); the round
     /// with the median floor ratio is reported.
@@ -138,6 +152,19 @@ struct Cli {
     /// `target/bench-chaos/logs-<scale>`).
     #[arg(long)]
     logs_dir: Option<PathBuf>,
+    /// Fairness: `off` (the baseline), `on` or `both` (off, then on; each
+    /// on a fresh control plane).
+    #[arg(long, default_value = "both")]
+    fair_sharing: String,
+    /// Fairness: how long every tenant keeps its backlog of waiting jobs.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    submit_for: Duration,
+    /// Fairness: the start of each run left out of the figures.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Fairness: jobs each tenant keeps created and not yet released.
+    #[arg(long, default_value_t = 20)]
+    backlog: usize,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -164,6 +191,12 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<bool> {
+    if cli.phases.iter().any(|p| p.trim() == "fairness") {
+        if cli.phases.len() != 1 {
+            bail!("--phases fairness runs alone");
+        }
+        return run_fairness(&cli).await;
+    }
     let (jobs, queues, cohorts) = parse_scale(&cli.scale)?;
     let shape = Arc::new(Shape::new(
         &cli.scale,
@@ -382,6 +415,89 @@ async fn run_chaos(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     }
     for f in &failures {
         eprintln!("bench-e2e chaos: FAILED: {f}");
+    }
+    Ok(false)
+}
+
+/// `--phases fairness`: docs/performance.md, "Fair sharing".
+async fn run_fairness(cli: &Cli) -> Result<bool> {
+    let config = FairnessConfig {
+        submit_for: cli.submit_for,
+        warmup: cli.warmup,
+        backlog: cli.backlog,
+        ..FairnessConfig::default()
+    };
+    config.validate()?;
+    let modes = fairness::plan::parse_modes(&cli.fair_sharing)?;
+    std::fs::create_dir_all(&cli.out_dir)
+        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+    koord_queue_certs::install_crypto_provider();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let source = source_revision();
+    let load = proc_stats::load_average();
+    eprintln!(
+        "bench-e2e fairness: fair sharing {}; {} children under {} CPU; load average {:?}",
+        cli.fair_sharing,
+        config.children.len(),
+        config.parent_cpu,
+        load.unwrap_or_default()
+    );
+    let scheduler = SchedulerOptions {
+        write_concurrency: cli.write_concurrency,
+        status_interval: cli.status_interval,
+        job_events: cli.job_events,
+        cycle_batch: cli.cycle_batch,
+        root_cpu: None,
+    };
+    let runtime = RuntimeOptions {
+        mark_running: !cli.no_running_status,
+        class_runtimes: true,
+        write_concurrency: cli.runtime_concurrency,
+        retry_for: Duration::ZERO,
+    };
+    let (records, failures) = fairness::run_all(&config, &modes, &scheduler, &runtime).await?;
+    let json = json!({
+        "benchmark": "koord-queue fair sharing (issue 19): three sibling quotas with weights 1:1:2 under one parent, each submitting more than the parent holds",
+        "command": command,
+        "source": source,
+        "config": fairness::report::config_json(&config),
+        "settings": {
+            "runtime_concurrency": cli.runtime_concurrency,
+            "runtime_marks_running": !cli.no_running_status,
+            "scheduler": {
+                "write_concurrency": cli.write_concurrency,
+                "status_interval": format!("{:?}", cli.status_interval),
+                "job_events": cli.job_events,
+                "cycle_batch": format!("{:?}", cli.cycle_batch),
+                "root_capacity_cpu": config.parent_cpu,
+            },
+        },
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load,
+        },
+        "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process; a fresh control plane per run",
+        "passed": failures.is_empty(),
+        "failures": failures,
+        "runs": records.iter().map(|r| fairness::report::run_json(&config, r)).collect::<Vec<_>>(),
+    });
+    let json_path = cli.out_dir.join("fairness.json");
+    let svg_path = cli.out_dir.join("fairness.svg");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    std::fs::write(&svg_path, fairness::report::svg(&config, &records))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
+    print!("{}", fairness::report::text(&config, &records));
+    println!(
+        "  results: {}  plot: {}",
+        json_path.display(),
+        svg_path.display()
+    );
+    if failures.is_empty() {
+        return Ok(true);
+    }
+    for f in &failures {
+        eprintln!("bench-e2e fairness: FAILED: {f}");
     }
     Ok(false)
 }
