@@ -303,17 +303,24 @@ mod tests {
         let mut c = FairnessConfig::default();
         c.children[2].min_cpu = 100;
         assert!(c.validate().is_err(), "mins leave nothing to borrow");
-        let mut c = FairnessConfig::default();
-        c.parent_cpu = LEAF_MAX_CPU + 1;
+        let c = FairnessConfig {
+            parent_cpu: LEAF_MAX_CPU + 1,
+            ..FairnessConfig::default()
+        };
         assert!(c.validate().is_err(), "the children's max would bind");
-        let mut c = FairnessConfig::default();
-        c.warmup = c.submit_for;
+        let base = FairnessConfig::default();
+        let c = FairnessConfig {
+            warmup: base.submit_for,
+            ..FairnessConfig::default()
+        };
         assert!(c.validate().is_err(), "no steady window");
         let mut c = FairnessConfig::default();
         c.children[0].weight = 0.0;
         assert!(c.validate().is_err(), "weight 0");
-        let mut c = FairnessConfig::default();
-        c.job_cpu = (2, 1);
+        let c = FairnessConfig {
+            job_cpu: (2, 1),
+            ..FairnessConfig::default()
+        };
         assert!(c.validate().is_err(), "empty CPU range");
     }
 

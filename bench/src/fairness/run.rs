@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use koord_queue_api::{ElasticQuota, keys};
 use koord_queue_tests::kubeconfig::Credentials;
@@ -147,7 +147,7 @@ pub async fn run(
     let stats = Arc::new(ApiStats::default());
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    phase::prepare(&admin, &shape, PhaseKind::Run).await?;
+    phase::prepare(&admin, &shape, PhaseKind::Run, None).await?;
     set_quotas(&admin, config, fair).await?;
     let mut options = scheduler.clone();
     options.root_cpu = Some(shape.root_cpu);
