@@ -272,6 +272,27 @@ async fn create_leaf_queues(
     Ok(())
 }
 
+/// The clients of the job creator (the ordinary user [`BENCH_USER`]) and of
+/// the job runtime (admin), both counted in `stats`.
+pub async fn job_clients(
+    cp: &ControlPlane,
+    admin_path: &std::path::Path,
+    stats: &Arc<ApiStats>,
+) -> Result<(kube::Client, kube::Client)> {
+    let user = cp.pki().client_cert(BENCH_USER, &[])?;
+    let user_path = cp.write_kubeconfig(
+        "bench-user",
+        BENCH_USER,
+        &Credentials::Certificate {
+            cert_pem: user.cert_pem,
+            key_pem: user.key_pem,
+        },
+    )?;
+    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
+    let runner = api_stats::client(admin_path, stats.clone(), Component::Runner).await?;
+    Ok((creator, runner))
+}
+
 /// The ordinary user that creates the jobs.
 pub const BENCH_USER: &str = "bench-user";
 
@@ -312,17 +333,7 @@ pub async fn run(
         Some(Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?)
     };
 
-    let user = cp.pki().client_cert(BENCH_USER, &[])?;
-    let user_path = cp.write_kubeconfig(
-        "bench-user",
-        BENCH_USER,
-        &Credentials::Certificate {
-            cert_pem: user.cert_pem,
-            key_pem: user.key_pem,
-        },
-    )?;
-    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
-    let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
+    let (creator, runner_client) = job_clients(&cp, &admin_path, &stats).await?;
     let floor_clients = if kind == PhaseKind::Floor {
         let cert = cp.pki().client_cert(
             koord_queue_tests::webhook::SCHEDULER_USER,

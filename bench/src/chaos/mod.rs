@@ -42,7 +42,7 @@ use self::monitor::Monitor;
 use super::api_stats::{self, ApiStats, Component};
 use super::checker::Checker;
 use super::components::{self, SchedulerOptions};
-use super::phase::{self, BENCH_USER, PhaseKind};
+use super::phase::{self, PhaseKind};
 use super::report;
 use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
 use super::shape::{CLASSES, Shape};
@@ -141,17 +141,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
         webhooks,
     }));
 
-    let user = cp.pki().client_cert(BENCH_USER, &[])?;
-    let user_path = cp.write_kubeconfig(
-        "bench-user",
-        BENCH_USER,
-        &Credentials::Certificate {
-            cert_pem: user.cert_pem,
-            key_pem: user.key_pem,
-        },
-    )?;
-    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
-    let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
+    let (creator, runner_client) = phase::job_clients(&cp, &admin_path, &stats).await?;
 
     let load_before = koord_queue_tests::proc_stats::load_average();
     let n = shape.jobs.len();

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use koord_queue_api::{ElasticQuota, keys};
-use koord_queue_tests::kubeconfig::Credentials;
 use koord_queue_tests::{ControlPlane, Tier, proc_stats};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -22,7 +21,7 @@ use super::shares::Sample;
 use crate::api_stats::{self, ApiStats, Component};
 use crate::checker::Checker;
 use crate::components::{self, Components, SchedulerOptions};
-use crate::phase::{self, BENCH_USER, Metrics, PhaseKind};
+use crate::phase::{self, Metrics, PhaseKind};
 use crate::quota::Violation;
 use crate::runner::{self, Runner, RuntimeOptions};
 use crate::shape::Shape;
@@ -154,17 +153,7 @@ pub async fn run(
     eprintln!("[{name}] starting the webhook and the scheduler");
     let components = Components::start(&cp, &shape, &options, stats.clone()).await?;
 
-    let user = cp.pki().client_cert(BENCH_USER, &[])?;
-    let user_path = cp.write_kubeconfig(
-        "bench-user",
-        BENCH_USER,
-        &Credentials::Certificate {
-            cert_pem: user.cert_pem,
-            key_pem: user.key_pem,
-        },
-    )?;
-    let creator = api_stats::client(&user_path, stats.clone(), Component::Creator).await?;
-    let runner_client = api_stats::client(&admin_path, stats.clone(), Component::Runner).await?;
+    let (creator, runner_client) = phase::job_clients(&cp, &admin_path, &stats).await?;
     let load_before = proc_stats::load_average();
     eprintln!(
         "[{name}] tenants keep {} waiting jobs each for {:?}; load average {:?}",
