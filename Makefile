@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 
-.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory images image-binaries push
+.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue-perf images image-binaries push
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,12 @@ bench-chaos: provision ## The baseline shape with faults: 2 scheduler + 2 webhoo
 
 bench-fairness: provision ## Fair sharing of borrowed capacity: 3 siblings, weights 1:1:2, off then on (writes $(BENCH_OUT)/fairness.json/.svg; BENCH_ARGS="--fair-sharing on")
 	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases fairness --out-dir $(BENCH_OUT) $(BENCH_ARGS)
+
+provision-kueue: provision ## Build Kueue v0.17.0 (manager, minimalkueue, perf runner) into $(KOORD_QUEUE_CACHE) for the comparison (cold: minutes; never run by test/CI)
+	@bench/provision/kueue.sh >/dev/null
+
+bench-kueue-perf: provision-kueue ## Kueue's own scheduler perf test (baseline, 15,000 workloads) on this machine (writes $(KOORD_QUEUE_CACHE)/kueue-perf-out)
+	bench/provision/kueue-perf.sh
 
 bench-memory: provision ## Scheduler process RSS with 100,000 QueueUnits cached (BENCH_ARGS="--units N --queues N")
 	$(CARGO) run -q -p koord-queue-bench --bin scheduler-memory -- $(BENCH_ARGS)
