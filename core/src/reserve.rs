@@ -20,14 +20,15 @@ use super::reason::{Blocker, WaitReason};
 
 impl Pass<'_> {
     /// The unit at `wk` was just found not to fit: it becomes the queue's
-    /// `reservation` if none is set and its queue reserves (`reserve`).
+    /// `reservation` if its queue reserves (`reserve`) and none is set, or
+    /// the one set does not reserve yet while this one does.
     pub(crate) fn maybe_reserve(
         &mut self,
         reservation: &mut Option<Reservation>,
         reserve: Reserve,
         wk: &WaitKey,
     ) {
-        if reservation.is_some() {
+        if reservation.as_ref().is_some_and(|r| r.active(self.now_ms)) {
             return;
         }
         let Some(u) = self.units.get(wk.id) else {
@@ -36,6 +37,14 @@ impl Pass<'_> {
         let Some(from_ms) = reserve.from_ms(u.created_ms, u.priority) else {
             return;
         };
+        if reservation.is_some() && from_ms > self.now_ms {
+            // The first unit that does not fit is kept while no later one
+            // reserves yet (it may be the first to reserve as time passes).
+            // But a newer unit ahead that has not waited long enough must
+            // not lift the reservation of one that has: the room kept for
+            // it would go to the small units behind (starving it again).
+            return;
+        }
         let resource = match u
             .reason()
             .and_then(WaitReason::shortfall)

@@ -137,7 +137,22 @@ impl Core {
     /// controller's, in ms since the epoch. Units that could preempt once a
     /// victim has run long enough are looked at again when that time comes.
     pub fn set_now(&mut self, now_ms: i64) {
-        self.now_ms = now_ms;
+        let before = mem::replace(&mut self.now_ms, now_ms);
+        // A reserving head whose time came: looked at again, so that its
+        // message says it reserves even if nothing else changes in its queue.
+        let heads: Vec<UnitId> = self
+            .queues
+            .entries
+            .iter()
+            .filter_map(|e| e.reservation.as_ref())
+            .filter(|r| !r.active(before) && r.active(now_ms))
+            .map(|r| r.key.id)
+            .collect();
+        for id in heads {
+            if self.units.get(id).is_some_and(UnitEntry::is_waiting) {
+                self.enqueue(id);
+            }
+        }
         let due: Vec<UnitId> = self
             .reclaim
             .preempt_later
@@ -158,6 +173,19 @@ impl Core {
     /// a cycle then.
     pub fn next_preemption_due(&self) -> Option<i64> {
         self.reclaim.preempt_later.values().copied().min()
+    }
+
+    /// When the next queue head that does not fit starts to reserve (ms
+    /// since the epoch), if one will: the controller runs a cycle then, for
+    /// its message to say so.
+    pub fn next_reservation_due(&self) -> Option<i64> {
+        self.queues
+            .entries
+            .iter()
+            .filter_map(|e| e.reservation.as_ref())
+            .map(|r| r.from_ms)
+            .filter(|from| *from > self.now_ms)
+            .min()
     }
 
     /// Where the root capacity comes from (`None` when the `ElasticQuota`

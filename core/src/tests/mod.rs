@@ -7,6 +7,7 @@ mod ordering;
 mod plugins;
 mod preemption;
 mod property;
+mod property_reserve;
 mod quota;
 mod reclaim;
 mod reserving;

@@ -50,12 +50,12 @@ fn small_units_pass_a_large_one_until_it_reserves() {
     );
     // Its message says it reserves and how much it still needs.
     let reason = reason_text(&c, "ns/large");
-    // (the figures are those of its last evaluation).
+    // (looked at again when its time came: the figures are current).
     assert!(
-        reason.starts_with("reserving: quota q: cpu 8/10 used, needs 4"),
+        reason.starts_with("reserving: quota q: cpu 9/10 used, needs 4"),
         "{reason}"
     );
-    assert!(reason.contains("2 more to free"), "{reason}");
+    assert!(reason.contains("3 more to free"), "{reason}");
     // Room freed that is not enough yet is kept for it.
     c.remove_unit("ns/small-1");
     let out = c.run_cycle();
@@ -105,4 +105,41 @@ fn without_a_reserve_setting_smaller_units_always_pass() {
     c.upsert_unit(&unit("ns", "small", "q", 1).created_at(2))
         .unwrap();
     assert_eq!(released(&c.run_cycle()), ["ns/small"]);
+}
+
+#[test]
+fn a_newer_unit_ahead_that_does_not_reserve_yet_leaves_the_reservation_in_place() {
+    let mut c = core(Reserve {
+        after_ms: Some(60_000),
+        above_priority: None,
+    });
+    for name in ["running-a", "running-b"] {
+        c.upsert_unit(&unit("ns", name, "q", 4).created_at(0))
+            .unwrap();
+    }
+    c.run_cycle();
+    c.upsert_unit(&unit("ns", "large", "q", 4).created_at(30_000))
+        .unwrap();
+    c.set_now(90_000);
+    assert!(c.run_cycle().decisions.is_empty());
+    assert!(reason_text(&c, "ns/large").starts_with("reserving: "));
+    // Higher-priority units come ahead of it: one that fits, one that does
+    // not and has not waited long enough to reserve. The latter must not
+    // take the reservation away from the unit that does reserve.
+    for (name, cpu, at) in [("first", 3, 90_000), ("urgent", 6, 90_001)] {
+        c.upsert_unit(&unit("ns", name, "q", cpu).with_priority(10).created_at(at))
+            .unwrap();
+    }
+    c.upsert_unit(&unit("ns", "small", "q", 1).created_at(90_002))
+        .unwrap();
+    // Room for large frees, and the unit ahead of it takes part of it.
+    c.remove_unit("ns/running-b");
+    let out = c.run_cycle();
+    assert_eq!(released(&out), ["ns/first"]);
+    assert!(
+        reason_text(&c, "ns/small").starts_with("waiting behind ns/large"),
+        "{}",
+        reason_text(&c, "ns/small")
+    );
+    assert!(reason_text(&c, "ns/large").starts_with("reserving: "));
 }

@@ -14,11 +14,15 @@ impl Controller {
         for k in std::mem::take(&mut self.retry) {
             self.reconcile(&k);
         }
-        // A unit that may preempt once a victim has run its minimum time.
+        // A unit that may preempt once a victim has run its minimum time,
+        // or a queue head that starts to reserve.
+        let wall_ms = now_ms();
         if self
             .core
             .next_preemption_due()
-            .is_some_and(|due| due <= now_ms())
+            .into_iter()
+            .chain(self.core.next_reservation_due())
+            .any(|due| due <= wall_ms)
         {
             self.request_cycle();
         }
