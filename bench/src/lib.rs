@@ -10,6 +10,7 @@ pub mod checker;
 pub mod components;
 pub mod fairness;
 pub mod floor;
+pub mod kueue;
 pub mod output;
 pub mod phase;
 pub mod plot;

@@ -167,6 +167,8 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
             "etcd_cpu_seconds": round(other("etcd"), 2),
             "kube_apiserver_peak_rss_mib": r.server_rss_kib.get("kube-apiserver").map(|k| round(mib(*k), 1)),
             "etcd_peak_rss_mib": r.server_rss_kib.get("etcd").map(|k| round(mib(*k), 1)),
+            "kueue_cpu_seconds": r.cpu.others.get("kueue").map(|s| round(*s, 2)),
+            "kueue_peak_rss_mib": r.server_rss_kib.get("kueue").map(|k| round(mib(*k), 1)),
         },
         "api_requests": {
             "apiserver_total": r.server_requests.total() as u64,

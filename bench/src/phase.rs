@@ -5,7 +5,9 @@
 //! - `saturated`: the same jobs created as fast as the API allows, completed
 //!   at once, under quotas that never bind — the scheduler's throughput;
 //! - `floor`: the same API work done by a null scheduler (no webhook, no
-//!   scheduling logic) — what the API server allows.
+//!   scheduling logic) — what the API server allows;
+//! - `kueue`: the `run` phase's jobs, runtimes and checks with Kueue
+//!   v0.17.0 queueing them instead of Koord-Queue ([`super::kueue`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use super::api_stats::{self, ApiStats, Component, RequestKey, RequestStat, Serve
 use super::checker::Checker;
 use super::components::{self, Components, SchedulerOptions};
 use super::floor::{self, FloorClients, FloorWrites};
+use super::kueue::{self, Kueue, workloads::WorkloadChecker};
 use super::quota::{Usage, Violation};
 use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
 use super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
@@ -39,6 +42,8 @@ pub enum PhaseKind {
     Saturated,
     /// The null scheduler.
     Floor,
+    /// Kueue's baseline shape queued by Kueue.
+    Kueue,
 }
 
 impl PhaseKind {
@@ -48,6 +53,7 @@ impl PhaseKind {
             Self::Run => "run",
             Self::Saturated => "saturated",
             Self::Floor => "floor",
+            Self::Kueue => "kueue",
         }
     }
 
@@ -57,7 +63,8 @@ impl PhaseKind {
             "run" => Self::Run,
             "saturated" => Self::Saturated,
             "floor" => Self::Floor,
-            other => bail!("unknown phase {other:?} (run, saturated, floor)"),
+            "kueue" => Self::Kueue,
+            other => bail!("unknown phase {other:?} (run, saturated, floor, kueue)"),
         })
     }
 }
@@ -170,8 +177,10 @@ pub async fn prepare(
     kind: PhaseKind,
     queue_spec: Option<&serde_json::Value>,
 ) -> Result<()> {
-    fixtures::apply_koord_queue_crds(admin).await?;
-    fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
+    if kind != PhaseKind::Kueue {
+        fixtures::apply_koord_queue_crds(admin).await?;
+        fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
+    }
     let classes: Api<PriorityClass> = Api::all(admin.clone());
     for class in &CLASSES {
         let pc: PriorityClass = serde_json::from_value(json!({
@@ -195,7 +204,8 @@ pub async fn prepare(
     }))?;
     create_ignoring_conflict(&Api::all(admin.clone()), &binding).await?;
 
-    if kind != PhaseKind::Floor {
+    // Kueue's queues are created once its webhooks serve (Kueue::start).
+    if !matches!(kind, PhaseKind::Floor | PhaseKind::Kueue) {
         // Saturated: the same tree, limits that never bind.
         let unbound = "1000000";
         for parent in &shape.parents {
@@ -232,7 +242,7 @@ pub async fn prepare(
     }
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     for leaf in &shape.leaves {
-        let labels = if kind == PhaseKind::Floor {
+        let labels = if matches!(kind, PhaseKind::Floor | PhaseKind::Kueue) {
             json!({})
         } else {
             json!({ keys::ENABLED_NAMESPACE_LABEL: "true" })
@@ -310,6 +320,70 @@ fn labelled(out: &mut Metrics, text: &str, name: &str, label: &str) {
     }
 }
 
+/// The queue system of a phase.
+enum System {
+    /// None (the floor).
+    Null,
+    /// Koord-Queue's webhook and scheduler in this process.
+    Ours(Components),
+    /// Kueue's manager process.
+    Kueue(Kueue),
+}
+
+/// The queue system's own record of held quota, checked against the maxima.
+enum HeldWatch {
+    /// Koord-Queue's QueueUnits.
+    Units(Arc<Checker>),
+    /// Kueue's Workloads.
+    Workloads(Arc<WorkloadChecker>),
+}
+
+impl HeldWatch {
+    /// Units that succeeded, or Workloads that finished.
+    fn succeeded(&self) -> usize {
+        match self {
+            Self::Units(c) => c.succeeded(),
+            Self::Workloads(c) => c.finished(),
+        }
+    }
+
+    fn last_succeeded_at(&self) -> f64 {
+        match self {
+            Self::Units(c) => c.last_succeeded_at(),
+            Self::Workloads(c) => c.last_finished_at(),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            Self::Units(c) => c.usage(),
+            Self::Workloads(c) => c.usage(),
+        }
+    }
+
+    fn violation_examples(&self) -> (Vec<Violation>, usize) {
+        match self {
+            Self::Units(c) => c.violation_examples(),
+            Self::Workloads(c) => c.violation_examples(),
+        }
+    }
+
+    /// Entries into each QueueUnit phase, or each Workload condition.
+    fn entries(&self) -> BTreeMap<String, usize> {
+        match self {
+            Self::Units(c) => c.phase_entries(),
+            Self::Workloads(c) => c.condition_entries(),
+        }
+    }
+
+    fn stop(&self) {
+        match self {
+            Self::Units(c) => c.stop(),
+            Self::Workloads(c) => c.stop(),
+        }
+    }
+}
+
 /// Runs one phase on a fresh control plane.
 pub async fn run(
     shape: Arc<Shape>,
@@ -318,6 +392,17 @@ pub async fn run(
 ) -> Result<PhaseResult> {
     let kind = config.kind;
     let name = kind.name();
+    // Before the control plane starts: a missing Kueue fails at once.
+    let kueue_install = (kind == PhaseKind::Kueue)
+        .then(kueue::Install::find)
+        .transpose()?;
+    let shape = if kind == PhaseKind::Kueue {
+        Arc::new(shape.for_kueue())
+    } else {
+        shape
+    };
+    // Kueue's baseline: paced arrivals, class runtimes, quotas that bind.
+    let paced = matches!(kind, PhaseKind::Run | PhaseKind::Kueue);
     eprintln!("[{name}] starting a tier 1 control plane");
     let cp = ControlPlane::start(Tier::One).await?;
     let admin_path = cp.kubeconfig().to_path_buf();
@@ -326,11 +411,16 @@ pub async fn run(
 
     let mut scheduler_options = config.scheduler.clone();
     scheduler_options.root_cpu = (kind == PhaseKind::Run).then_some(shape.root_cpu);
-    let components = if kind == PhaseKind::Floor {
-        None
-    } else {
-        eprintln!("[{name}] starting the webhook and the scheduler");
-        Some(Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?)
+    let mut system = match (kind, &kueue_install) {
+        (PhaseKind::Floor, _) => System::Null,
+        (PhaseKind::Kueue, Some(install)) => {
+            eprintln!("[{name}] starting Kueue {}", kueue::KUEUE_VERSION);
+            System::Kueue(Kueue::start(&cp, &admin, &shape, install).await?)
+        }
+        _ => {
+            eprintln!("[{name}] starting the webhook and the scheduler");
+            System::Ours(Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?)
+        }
     };
 
     let (creator, runner_client) = job_clients(&cp, &admin_path, &stats).await?;
@@ -359,11 +449,14 @@ pub async fn run(
     };
 
     // The measured window starts here.
-    let others: Vec<(String, u32)> = ["etcd", "kube-apiserver"]
+    let mut others: Vec<(String, u32)> = ["etcd", "kube-apiserver"]
         .iter()
         .zip(cp.pids())
         .map(|(n, p)| ((*n).to_string(), *p))
         .collect();
+    if let System::Kueue(k) = &system {
+        others.push(("kueue".to_string(), k.pid()));
+    }
     let load_before = proc_stats::load_average();
     eprintln!(
         "[{name}] {} jobs; load average {:?}",
@@ -377,25 +470,31 @@ pub async fn run(
     let cpu_before = CpuSnapshot::take(&others);
 
     let mut runtime = config.runtime.clone();
-    runtime.class_runtimes = kind == PhaseKind::Run;
-    let runner = Runner::start(
-        shape.clone(),
-        runner_client.clone(),
-        runtime,
-        kind == PhaseKind::Run,
-    );
-    let checker = Checker::start(
-        shape.clone(),
-        runner_client.clone(),
-        runner.t0(),
-        kind == PhaseKind::Run,
-        Some(runner.clone()),
-    );
+    runtime.class_runtimes = paced;
+    let runner = Runner::start(shape.clone(), runner_client.clone(), runtime, paced);
+    let checker = if kind == PhaseKind::Kueue {
+        HeldWatch::Workloads(WorkloadChecker::start(
+            shape.clone(),
+            runner_client.clone(),
+            runner.t0(),
+            true,
+        ))
+    } else {
+        HeldWatch::Units(Checker::start(
+            shape.clone(),
+            runner_client.clone(),
+            runner.t0(),
+            kind == PhaseKind::Run,
+            Some(runner.clone()),
+        ))
+    };
     let generation = {
         let (shape, runner) = (shape.clone(), runner.clone());
         let concurrency = config.create_concurrency;
         match kind {
-            PhaseKind::Run => tokio::spawn(runner::create_paced(shape, runner, creator, false)),
+            PhaseKind::Run | PhaseKind::Kueue => {
+                tokio::spawn(runner::create_paced(shape, runner, creator, false))
+            }
             PhaseKind::Saturated => tokio::spawn(runner::create_saturated(
                 shape,
                 runner,
@@ -446,6 +545,9 @@ pub async fn run(
         }
         if last_progress.elapsed() >= Duration::from_secs(10) {
             last_progress = Instant::now();
+            if let System::Kueue(k) = &mut system {
+                k.check_alive()?;
+            }
             let timelines = runner.timelines();
             let created = timelines.iter().filter(|j| j.created.is_some()).count();
             let released = timelines.iter().filter(|j| !j.releases.is_empty()).count();
@@ -504,7 +606,7 @@ pub async fn run(
 
     let mut scheduler_metrics = Metrics::new();
     let mut webhook_metrics = Metrics::new();
-    if let Some(c) = &components {
+    if let System::Ours(c) = &system {
         if let Ok(text) = components::scrape_admin(c.scheduler_admin).await {
             scheduler_metrics = selected(
                 &text,
@@ -563,7 +665,7 @@ pub async fn run(
         unit_usage: checker.usage(),
         unit_violations: checker.violation_examples(),
         running_usage: runner.running_usage(),
-        phase_entries: checker.phase_entries(),
+        phase_entries: checker.entries(),
         cpu: proc_stats::usage(&cpu_before, &cpu_after, ticks),
         peak_rss_kib,
         server_rss_kib,
@@ -577,8 +679,10 @@ pub async fn run(
     };
     runner.stop();
     checker.stop();
-    if let Some(c) = components {
-        c.stop().await;
+    match system {
+        System::Ours(c) => c.stop().await,
+        System::Kueue(k) => k.stop(),
+        System::Null => {}
     }
     cp.stop().await;
     drop(cp);

@@ -121,6 +121,9 @@ pub struct Shape {
     pub root_cpu: u32,
     /// Every job.
     pub jobs: Vec<PlannedJob>,
+    /// Job manifests carry Kueue's queue and priority labels (the Kueue
+    /// phase of the comparison).
+    pub kueue_labels: bool,
     index: HashMap<(String, String), usize>,
     leaf_index: HashMap<String, usize>,
 }
@@ -228,8 +231,18 @@ impl Shape {
             root_cpu,
             leaves,
             jobs,
+            kueue_labels: false,
             index,
             leaf_index,
+        }
+    }
+
+    /// The same shape with jobs queued in Kueue (its LocalQueue and
+    /// WorkloadPriorityClass labels added to every job).
+    pub fn for_kueue(&self) -> Self {
+        Self {
+            kueue_labels: true,
+            ..self.clone()
         }
     }
 
@@ -291,6 +304,14 @@ impl Shape {
         });
         if suspended {
             manifest["spec"]["suspend"] = serde_json::Value::Bool(true);
+        }
+        if self.kueue_labels
+            && let (Some(labels), Some(kueue)) = (
+                manifest["metadata"]["labels"].as_object_mut(),
+                crate::kueue::job_labels(class.name).as_object(),
+            )
+        {
+            labels.extend(kueue.clone());
         }
         manifest
     }

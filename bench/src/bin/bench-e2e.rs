@@ -24,6 +24,13 @@
 //! than the parent holds, with fair sharing off and on (`--fair-sharing`);
 //! writes `fairness.json` and `fairness.svg`. Fails on a quota violation
 //! or an unfinished job. See docs/performance.md, "Fair sharing".
+//!
+//! `--phases kueue` (`make bench-kueue`) runs the `run` phase and then the
+//! same jobs queued by Kueue v0.17.0 (provisioned by `make
+//! provision-kueue`) on a fresh control plane of the same build; writes
+//! `kueue-<scale>.json` (both systems' measures and ours / Kueue's ratios)
+//! and `kueue-<scale>.svg`. Fails on a quota violation of either system or
+//! an unfinished job. See docs/performance.md, "Against Kueue".
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -204,6 +211,12 @@ async fn run(cli: Cli) -> Result<bool> {
         cli.queues.unwrap_or(queues),
         cli.cohorts.unwrap_or(cohorts),
     )?);
+    if cli.phases.iter().any(|p| p.trim() == "kueue") {
+        if cli.phases.len() != 1 {
+            bail!("--phases kueue runs alone (it runs `run`, then Kueue)");
+        }
+        return run_kueue(&cli, shape).await;
+    }
     if cli.phases.iter().any(|p| p.trim() == "chaos") {
         if cli.phases.len() != 1 {
             bail!("--phases chaos runs alone");
@@ -327,6 +340,117 @@ async fn run(cli: Cli) -> Result<bool> {
         return Ok(false);
     }
     Ok(true)
+}
+
+/// `--phases kueue`: docs/performance.md, "Against Kueue".
+async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
+    // Fail before the first phase when Kueue is not provisioned.
+    koord_queue_bench::kueue::Install::find()?;
+    std::fs::create_dir_all(&cli.out_dir)
+        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+    koord_queue_certs::install_crypto_provider();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let source = source_revision();
+    let load = proc_stats::load_average();
+    eprintln!(
+        "bench-e2e kueue: {} jobs, {} queues, {} cohorts; Koord-Queue, then Kueue {}; load average {:?}",
+        shape.jobs.len(),
+        shape.leaves.len(),
+        shape.parents.len(),
+        koord_queue_bench::kueue::KUEUE_VERSION,
+        load.unwrap_or_default()
+    );
+    let stats = Arc::new(ApiStats::default());
+    let mut results = Vec::new();
+    for kind in [PhaseKind::Run, PhaseKind::Kueue] {
+        let config = PhaseConfig {
+            kind,
+            scheduler: SchedulerOptions {
+                write_concurrency: cli.write_concurrency,
+                status_interval: cli.status_interval,
+                job_events: cli.job_events,
+                cycle_batch: cli.cycle_batch,
+                root_cpu: None,
+            },
+            runtime: RuntimeOptions {
+                mark_running: !cli.no_running_status,
+                class_runtimes: true,
+                write_concurrency: cli.runtime_concurrency,
+                retry_for: Duration::ZERO,
+            },
+            create_concurrency: cli.create_concurrency,
+            floor_writes: None,
+            timeout: cli.timeout,
+            queue_spec: cli.queue_spec.clone(),
+        };
+        results.push(phase::run(shape.clone(), &config, stats.clone()).await?);
+    }
+    let (ours, kueue) = (&results[0], &results[1]);
+    let mut json = koord_queue_bench::kueue::report::comparison_json(&shape, ours, kueue);
+    json["benchmark"] = json!(format!(
+        "koord-queue against Kueue {} (issue 22): Kueue's scheduler-performance baseline shape as batch/v1 Jobs, the same job stream, runtime stand-in and quota checks",
+        koord_queue_bench::kueue::KUEUE_VERSION
+    ));
+    json["command"] = json!(command);
+    json["source"] = source;
+    json["scale"] = json!(shape.scale);
+    json["jobs"] = json!(shape.jobs.len());
+    json["settings"] = json!({
+        "koord_queue": {
+            "webhook_and_scheduler": "in the benchmark's process, each on its own 2-thread runtime",
+            "write_concurrency": cli.write_concurrency,
+            "status_interval": format!("{:?}", cli.status_interval),
+            "job_events": cli.job_events,
+            "cycle_batch": format!("{:?}", cli.cycle_batch),
+            "queue_spec": cli.queue_spec,
+        },
+        "kueue": {
+            "version": koord_queue_bench::kueue::KUEUE_VERSION,
+            "process": "cmd/kueue built with go install (CGO off, -trimpath -s -w), admin credentials, --zap-log-level=2, VisibilityOnDemand off, leader election off",
+            "client_qps": koord_queue_bench::kueue::CLIENT_QPS,
+            "client_burst": koord_queue_bench::kueue::CLIENT_BURST,
+            "integrations": ["batch/job"],
+            "webhooks": "its own (Job, Workload, ClusterQueue, Cohort, ResourceFlavor, LocalQueue, WorkloadPriorityClass), by URL, the runner's certificates",
+            "cluster_queues": "one per leaf quota: nominal 20 CPU, borrowingLimit 100, cohort per parent, BestEffortFIFO, preemption reclaimWithinCohort Any, withinClusterQueue LowerPriority",
+            "priorities": "WorkloadPriorityClasses small 50, medium 100, large 200",
+        },
+        "runtime_concurrency": cli.runtime_concurrency,
+        "runtime_marks_running": !cli.no_running_status,
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load,
+        },
+        "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; a fresh one per system",
+    });
+    let base = cli.out_dir.join(format!("kueue-{}", shape.scale));
+    let (json_path, svg_path) = (base.with_extension("json"), base.with_extension("svg"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let subtitle = format!(
+        "{} queues (nominal 20, borrowing limit 100 CPU) in {} cohorts; both on kube-apiserver v1.35.4 on this machine",
+        shape.leaves.len(),
+        shape.parents.len()
+    );
+    std::fs::write(
+        &svg_path,
+        koord_queue_bench::kueue::report::svg(&shape, ours, kueue, &subtitle),
+    )
+    .with_context(|| format!("writing {}", svg_path.display()))?;
+    print!("{}", koord_queue_bench::kueue::report::text(&json));
+    println!("  results: {}  plot: {}", json_path.display(), svg_path.display());
+    let mut passed = true;
+    for (name, m) in [("koord-queue", &json["koord_queue"]), ("kueue", &json["kueue"])] {
+        let violations = m["quota_violations"].as_u64().unwrap_or(0);
+        let finished = m["jobs_finished"].as_u64().unwrap_or(0);
+        if violations > 0 || finished < shape.jobs.len() as u64 {
+            eprintln!(
+                "bench-e2e kueue: FAILED: {name}: {violations} quota violations, {finished}/{} jobs finished",
+                shape.jobs.len()
+            );
+            passed = false;
+        }
+    }
+    Ok(passed)
 }
 
 /// `--phases chaos`: docs/reliability.md.
