@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 
-.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue-perf images image-binaries push
+.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ bench-fairness: provision ## Fair sharing of borrowed capacity: 3 siblings, weig
 
 provision-kueue: provision ## Build Kueue v0.17.0 (manager, minimalkueue, perf runner) into $(KOORD_QUEUE_CACHE) for the comparison (cold: minutes; never run by test/CI)
 	@bench/provision/kueue.sh >/dev/null
+
+bench-kueue: provision-kueue ## The same job stream against Koord-Queue, then Kueue v0.17.0, in one run (SCALE=15k; writes $(BENCH_OUT)/kueue-$(SCALE).json/.svg)
+	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases kueue --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
 
 bench-kueue-perf: provision-kueue ## Kueue's own scheduler perf test (baseline, 15,000 workloads) on this machine (writes $(KOORD_QUEUE_CACHE)/kueue-perf-out)
 	bench/provision/kueue-perf.sh

@@ -21,7 +21,7 @@ out=${1:-$cache/kueue-perf-out}
 config=${KUEUE_PERF_CONFIG:-$kueue/perf-configs/baseline/generator.yaml}
 die() { printf 'kueue-perf: error: %s\n' "$*" >&2; exit 1; }
 
-for f in kueue-minimalkueue kueue-perf-runner kube-apiserver etcd; do
+for f in kueue-minimalkueue kueue-perf-runner kube-apiserver etcd kubectl; do
   [ -x "$bin/$f" ] || die "$bin/$f missing: run bench/provision/kueue.sh and make provision"
 done
 [ -f "$config" ] || die "$config missing"

@@ -3,7 +3,8 @@
 # version-keyed cache: the manager (cmd/kueue) and the module's own scheduler
 # performance test (test/performance/scheduler/{minimalkueue,runner}).
 #
-# Only the benchmark's provisioning runs this (`make bench-kueue`); `make
+# Only the benchmark's provisioning runs this (`make provision-kueue`, which
+# `make bench-kueue` and `make bench-kueue-perf` depend on); `make
 # test` and CI never do, because the cold build takes minutes.
 # Idempotent: a cached binary is not rebuilt. Prints the bin directory last.
 #
@@ -54,6 +55,11 @@ if [ ! -d "$store/crds" ]; then
   mkdir -p "$store/crds"
   cp "$src"/config/components/crd/bases/*.yaml "$store/crds/"
   chmod -R u+w "$store/crds"
+fi
+# The manager's webhook configurations: the benchmark registers them by URL.
+if [ ! -f "$store/webhooks.yaml" ]; then
+  cp "$src/config/components/webhook/manifests.yaml" "$store/webhooks.yaml"
+  chmod u+w "$store/webhooks.yaml"
 fi
 if [ ! -d "$store/perf-configs" ]; then
   cp -r "$src/test/performance/scheduler/configs" "$store/perf-configs"

@@ -325,7 +325,7 @@ enum System {
     /// None (the floor).
     Null,
     /// Koord-Queue's webhook and scheduler in this process.
-    Ours(Components),
+    Ours(Box<Components>),
     /// Kueue's manager process.
     Kueue(Kueue),
 }
@@ -419,7 +419,9 @@ pub async fn run(
         }
         _ => {
             eprintln!("[{name}] starting the webhook and the scheduler");
-            System::Ours(Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?)
+            System::Ours(Box::new(
+                Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?,
+            ))
         }
     };
 

@@ -437,9 +437,16 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     )
     .with_context(|| format!("writing {}", svg_path.display()))?;
     print!("{}", koord_queue_bench::kueue::report::text(&json));
-    println!("  results: {}  plot: {}", json_path.display(), svg_path.display());
+    println!(
+        "  results: {}  plot: {}",
+        json_path.display(),
+        svg_path.display()
+    );
     let mut passed = true;
-    for (name, m) in [("koord-queue", &json["koord_queue"]), ("kueue", &json["kueue"])] {
+    for (name, m) in [
+        ("koord-queue", &json["koord_queue"]),
+        ("kueue", &json["kueue"]),
+    ] {
         let violations = m["quota_violations"].as_u64().unwrap_or(0);
         let finished = m["jobs_finished"].as_u64().unwrap_or(0);
         if violations > 0 || finished < shape.jobs.len() as u64 {

@@ -154,11 +154,8 @@ impl Kueue {
         let health = loopback(free_port()?);
         let webhook_port = free_port()?;
         let config_path = cp.dir().join("kueue-config.yaml");
-        std::fs::write(
-            &config_path,
-            configuration(health, webhook_port, &cert_dir),
-        )
-        .with_context(|| format!("writing {}", config_path.display()))?;
+        std::fs::write(&config_path, configuration(health, webhook_port, &cert_dir))
+            .with_context(|| format!("writing {}", config_path.display()))?;
         let args = [
             format!("--config={}", config_path.display()),
             // Shipped manager flag (config/components/manager/manager.yaml).
@@ -179,8 +176,7 @@ impl Kueue {
         setup::register_webhooks(admin, install, &url, cp.pki().ca.cert_pem()).await?;
         setup::wait_for_job_webhook(admin, &mut process).await?;
         setup::create_queues(admin, shape).await?;
-        setup::wait_for_active_queues(admin, shape, &mut process, Duration::from_secs(120))
-            .await?;
+        setup::wait_for_active_queues(admin, shape, &mut process, Duration::from_secs(120)).await?;
         Ok(Self { process, health })
     }
 

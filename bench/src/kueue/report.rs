@@ -97,11 +97,7 @@ pub fn measures(phase: &Value, kind: PhaseKind) -> Value {
 /// Ours / Kueue's for each compared figure, and the targets.
 pub fn ratios(ours: &Value, kueue: &Value) -> Value {
     let r = |path: &[&str]| {
-        let get = |v: &Value| {
-            path.iter()
-                .fold(v, |v, k| &v[*k])
-                .as_f64()
-        };
+        let get = |v: &Value| path.iter().fold(v, |v, k| &v[*k]).as_f64();
         ratio(get(ours), get(kueue))
     };
     let wall = r(&["wall_seconds"]);
@@ -121,11 +117,9 @@ pub fn ratios(ours: &Value, kueue: &Value) -> Value {
         })
         .collect();
     let met = |v: Option<f64>, target: f64| v.map(|v| v <= target);
-    let class_means_met = CLASSES.iter().all(|c| {
-        classes[c.name]["mean"]
-            .as_f64()
-            .is_some_and(|v| v <= 1.0)
-    });
+    let class_means_met = CLASSES
+        .iter()
+        .all(|c| classes[c.name]["mean"].as_f64().is_some_and(|v| v <= 1.0));
     json!({
         "definition": "ours / Kueue's, measured in the same run on the same machine",
         "wall_seconds": wall,
@@ -236,7 +230,10 @@ pub fn svg(shape: &Shape, ours: &PhaseResult, kueue: &PhaseResult, subtitle: &st
     lines.push(Line {
         label: "capacity".into(),
         color: "#555",
-        points: vec![(0.0, f64::from(shape.root_cpu)), (x_max, f64::from(shape.root_cpu))],
+        points: vec![
+            (0.0, f64::from(shape.root_cpu)),
+            (x_max, f64::from(shape.root_cpu)),
+        ],
         dashed: true,
     });
     panels.push(Panel {
@@ -267,7 +264,12 @@ pub fn text(json: &Value) -> String {
         "  {:<34} {:>12} {:>12} {:>8}\n",
         "", "koord-queue", "kueue", "ratio"
     ));
-    out.push_str(&row("wall s", &a["wall_seconds"], &b["wall_seconds"], &r["wall_seconds"]));
+    out.push_str(&row(
+        "wall s",
+        &a["wall_seconds"],
+        &b["wall_seconds"],
+        &r["wall_seconds"],
+    ));
     for c in &CLASSES {
         out.push_str(&row(
             &format!("{} mean time to release s", c.name),
@@ -342,7 +344,13 @@ mod tests {
         assert_eq!(r["targets"]["wall_seconds_at_most_0.7"], true);
         // Same apiserver CPU per job: 1.0 misses the 0.6 target.
         assert_eq!(r["kube_apiserver_cpu_per_job"], 1.0);
-        assert_eq!(r["targets"]["kube_apiserver_cpu_per_job_at_most_0.6"], false);
-        assert_eq!(r["targets"]["every_class_mean_time_to_release_at_most_1"], true);
+        assert_eq!(
+            r["targets"]["kube_apiserver_cpu_per_job_at_most_0.6"],
+            false
+        );
+        assert_eq!(
+            r["targets"]["every_class_mean_time_to_release_at_most_1"],
+            true
+        );
     }
 }

@@ -86,7 +86,10 @@ pub fn webhook_configurations(manifests: &str, url: &str, ca_pem: &str) -> Resul
                 w
             })
             .collect();
-        if webhooks.iter().any(|w| w["clientConfig"]["url"] == json!(url)) {
+        if webhooks
+            .iter()
+            .any(|w| w["clientConfig"]["url"] == json!(url))
+        {
             bail!("a Kueue webhook without a service path");
         }
         let name = config["metadata"]["name"].as_str().unwrap_or_default();
@@ -273,7 +276,10 @@ pub async fn wait_for_active_queues(
             .filter(|cq| {
                 cq.data["status"]["conditions"]
                     .as_array()
-                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Active" && c["status"] == "True"))
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Active" && c["status"] == "True")
+                    })
             })
             .count();
         if active >= shape.leaves.len() {
@@ -364,7 +370,10 @@ webhooks:
         assert_eq!(cq["metadata"]["name"], "cq-4-29");
         assert_eq!(cq["spec"]["cohortName"], "cohort-4");
         let cpu = &cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0];
-        assert_eq!((cpu["nominalQuota"].as_str(), cpu["borrowingLimit"].as_str()), (Some("20"), Some("100")));
+        assert_eq!(
+            (cpu["nominalQuota"].as_str(), cpu["borrowingLimit"].as_str()),
+            (Some("20"), Some("100"))
+        );
         let lqs = objects.iter().filter(|(k, _)| *k == "LocalQueue").count();
         assert_eq!(lqs, 30);
         Ok(())
