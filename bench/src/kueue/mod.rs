@@ -33,6 +33,8 @@ pub const KUEUE_VERSION: &str = "v0.17.0";
 /// The LocalQueue of every leaf's namespace.
 pub const LOCAL_QUEUE: &str = "bench";
 /// Kueue's own namespace.
+/// Where Kueue's manager reads its metrics certificate (not configurable).
+const METRICS_CERT_DIR: &str = "/etc/kueue/metrics/certs";
 pub const NAMESPACE: &str = "kueue-system";
 /// The job label that names the LocalQueue.
 pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
@@ -151,6 +153,16 @@ impl Kueue {
         koord_queue_tests::fixtures::ensure_namespace(admin, NAMESPACE).await?;
         let cert_dir = cp.dir().join("kueue-webhook-tls");
         koord_queue_tests::webhook::write_serving_cert(cp, &cert_dir)?;
+        // Without its internal certificate management, Kueue v0.17.0 reads
+        // a metrics certificate from a fixed path at start and exits when it
+        // is missing (cmd/kueue/main.go), even with the metrics server off.
+        // It is never served (metrics bindAddress "0"): any pair will do.
+        koord_queue_tests::webhook::write_serving_cert(cp, Path::new(METRICS_CERT_DIR))
+            .with_context(|| {
+                format!(
+                    "Kueue needs a certificate pair in {METRICS_CERT_DIR} (writable by this user)"
+                )
+            })?;
         let health = loopback(free_port()?);
         let webhook_port = free_port()?;
         let config_path = cp.dir().join("kueue-config.yaml");
