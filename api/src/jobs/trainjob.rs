@@ -3,11 +3,12 @@
 //! controller builds a JobSet (named as the TrainJob) from the referenced
 //! TrainingRuntime or ClusterTrainingRuntime (`spec.template.spec` is a
 //! JobSet spec), with the TrainJob's `trainer.numNodes` (else the runtime's
-//! `mlPolicy.numNodes`, default 1) as the trainer Job's pods and
-//! `trainer.resourcesPerNode` as its `node` container's resources. So the
-//! caller reads the runtime ([`JobAdapter::size_input`]) and attaches it
-//! ([`attach_size_input`](super::attach_size_input)) before asking for pod
-//! sets; a TrainJob whose runtime does not exist cannot be queued.
+//! `mlPolicy.numNodes`, default 1) as the trainer Job's pods (with an MPI
+//! policy: the `node` Job's, less the launcher when it runs as a node) and
+//! `trainer.resourcesPerNode` merged into its `node` container's resources.
+//! So the caller reads the runtime ([`JobAdapter::size_input`]) and
+//! attaches it ([`attach_size_input`](super::attach_size_input)) before
+//! asking for pod sets; a TrainJob whose runtime does not exist cannot be queued.
 
 use serde_json::{Value, json};
 
@@ -64,7 +65,9 @@ impl TrainJobAdapter {
     }
 
     /// The JobSet spec the Trainer controller builds for `job` (the
-    /// runtime's, with the TrainJob's overrides applied).
+    /// runtime's, with the TrainJob's overrides applied as Trainer v2.3.0
+    /// does: `pkg/runtime/core/trainingruntime.go` and the ML policy
+    /// plugins' `EnforceMLPolicy`).
     fn effective_jobset(job: &Value) -> Result<Value, AdapterError> {
         let runtime = Self::runtime(job)?;
         let mut spec = get_path(runtime, &["spec", "template", "spec"])
@@ -76,58 +79,119 @@ impl TrainJobAdapter {
                     "the runtime has no JobSet spec",
                 )
             })?;
-        let num_nodes = match opt_count(
-            get_path(job, &["spec", "trainer", "numNodes"]),
-            "spec.trainer.numNodes",
-        )? {
-            Some(n) => n,
-            None => opt_count(
-                get_path(runtime, &["spec", "mlPolicy", "numNodes"]),
-                "runtime.spec.mlPolicy.numNodes",
-            )?
-            .unwrap_or(1),
-        };
-        let resources = get_path(job, &["spec", "trainer", "resourcesPerNode"]).cloned();
+        let policy = MlPolicy::read(runtime, job)?;
+        let resources = get_path(job, &["spec", "trainer", "resourcesPerNode"]);
         let Some(jobs) = spec.get_mut("replicatedJobs").and_then(Value::as_array_mut) else {
             return Ok(spec);
         };
-        let trainer_at = jobs
-            .iter()
-            .position(|rj| {
-                get_path(rj, &["template", "metadata", "labels", ANCESTOR_LABEL])
+        for rj in jobs.iter_mut() {
+            let trainer = policy.present
+                && get_path(rj, &["template", "metadata", "labels", ANCESTOR_LABEL])
                     .and_then(Value::as_str)
-                    == Some(TRAINER_STEP)
-            })
-            .or_else(|| {
-                jobs.iter()
-                    .position(|rj| field(rj, "name").and_then(Value::as_str) == Some(TRAINER_JOB))
-            });
-        if let Some(trainer) = trainer_at.and_then(|i| jobs.get_mut(i)) {
-            set_path(
-                trainer,
-                &["template", "spec", "parallelism"],
-                json!(num_nodes),
-            );
-            set_path(
-                trainer,
-                &["template", "spec", "completions"],
-                json!(num_nodes),
-            );
+                    == Some(TRAINER_STEP);
+            let node = field(rj, "name").and_then(Value::as_str) == Some(TRAINER_JOB);
+            if let Some(count) = policy.count(trainer, node) {
+                for key in ["parallelism", "completions"] {
+                    set_path(rj, &["template", "spec", key], json!(count));
+                }
+            }
+            // resourcesPerNode is merged into the trainer's `node` container
+            // (and into the `node` Job's when the MPI launcher runs as a node).
             if let Some(resources) = resources
-                && let Some(containers) = trainer
+                && (trainer || (node && policy.launcher_as_node))
+                && let Some(container) = rj
                     .pointer_mut("/template/spec/template/spec/containers")
                     .and_then(Value::as_array_mut)
+                    .and_then(|cs| {
+                        cs.iter_mut()
+                            .find(|c| field(c, "name").and_then(Value::as_str) == Some(TRAINER_JOB))
+                    })
             {
-                let at = containers
-                    .iter()
-                    .position(|c| field(c, "name").and_then(Value::as_str) == Some(TRAINER_JOB))
-                    .unwrap_or(0);
-                if let Some(container) = containers.get_mut(at) {
-                    set_path(container, &["resources"], resources);
-                }
+                merge_resources(container, resources);
             }
         }
         Ok(spec)
+    }
+}
+
+/// What of a runtime's `mlPolicy` and the TrainJob's `trainer` decides the
+/// pod counts.
+struct MlPolicy {
+    /// The runtime has an `mlPolicy` (without one, no Job is the trainer).
+    present: bool,
+    /// `mlPolicy.numNodes` (default 1): the trainer Job's pods.
+    runtime_nodes: i32,
+    /// `spec.trainer.numNodes`, when the TrainJob sets it.
+    job_nodes: Option<i32>,
+    /// An MPI policy: the TrainJob's nodes go to the Job named `node`.
+    mpi: bool,
+    /// `mpi.runLauncherAsNode`: one of the nodes is the launcher.
+    launcher_as_node: bool,
+}
+
+impl MlPolicy {
+    fn read(runtime: &Value, job: &Value) -> Result<Self, AdapterError> {
+        let policy = get_path(runtime, &["spec", "mlPolicy"]).filter(|p| p.is_object());
+        let mpi = policy.and_then(|p| p.get("mpi")).filter(|m| m.is_object());
+        Ok(Self {
+            present: policy.is_some(),
+            runtime_nodes: opt_count(
+                policy.and_then(|p| p.get("numNodes")),
+                "runtime.spec.mlPolicy.numNodes",
+            )?
+            .unwrap_or(1),
+            job_nodes: opt_count(
+                get_path(job, &["spec", "trainer", "numNodes"]),
+                "spec.trainer.numNodes",
+            )?,
+            mpi: mpi.is_some(),
+            launcher_as_node: mpi
+                .and_then(|m| m.get("runLauncherAsNode"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        })
+    }
+
+    /// The pods of a replicated Job (`None`: its template's parallelism),
+    /// given whether it is the trainer (by label) and whether it is named
+    /// `node`.
+    fn count(&self, trainer: bool, node: bool) -> Option<i32> {
+        let base = trainer.then_some(self.runtime_nodes);
+        let Some(n) = self.job_nodes else {
+            return base;
+        };
+        if self.mpi {
+            match (node, self.launcher_as_node) {
+                (true, true) => Some((n - 1).max(1)),
+                (true, false) => Some(n),
+                (false, _) => base,
+            }
+        } else if trainer {
+            Some(n)
+        } else {
+            base
+        }
+    }
+}
+
+/// `override_` merged into `container.resources` as a strategic merge
+/// patch of ResourceRequirements does: its requests and limits replace
+/// those of the same names, the others stay.
+fn merge_resources(container: &mut Value, override_: &Value) {
+    let Some(over) = override_.as_object() else {
+        return;
+    };
+    let base = &mut container["resources"];
+    if !base.is_object() {
+        *base = json!({});
+    }
+    for (key, value) in over {
+        match (base.get_mut(key), value.as_object()) {
+            (Some(Value::Object(into)), Some(from)) => {
+                into.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            _ => base[key] = value.clone(),
+        }
     }
 }
 
@@ -289,6 +353,90 @@ mod tests {
         assert_eq!(total.get("cpu"), 1000 + 4 * 8000);
         assert_eq!(total.get("memory"), 2 * GI + 4 * 32 * GI);
         assert_eq!(total.get("nvidia.com/gpu"), 4);
+    }
+
+    /// Trainer's `deepspeed-distributed`: an MPI policy whose launcher runs
+    /// as one of the nodes; the launcher Job is the trainer.
+    fn deepspeed_runtime() -> Value {
+        let job = |name: &str, labels: Value| {
+            let mut pod = pod_template("", vec![container("4", "16Gi")]);
+            pod["spec"]["containers"][0]["name"] = json!("node");
+            json!({"name": name, "template": {"metadata": {"labels": labels},
+                "spec": {"template": pod}}})
+        };
+        json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "deepspeed-distributed"},
+            "spec": {
+                "mlPolicy": {"numNodes": 1, "mpi": {"numProcPerNode": 1, "runLauncherAsNode": true}},
+                "template": {"spec": {"replicatedJobs": [
+                    job("node", json!({})),
+                    job("launcher", json!({ANCESTOR_LABEL: "trainer"})),
+                ]}},
+            }
+        })
+    }
+
+    fn counts(sets: &[PodSetInfo]) -> Vec<(&str, i32)> {
+        sets.iter().map(|s| (s.name.as_str(), s.count)).collect()
+    }
+
+    #[test]
+    fn an_mpi_launcher_that_runs_as_a_node_is_one_of_the_nodes() {
+        let mut job = trainjob(json!({"numNodes": 4, "resourcesPerNode": {
+            "requests": {"nvidia.com/gpu": 2}}}));
+        attach_size_input(&mut job, deepspeed_runtime());
+        let sets = TrainJobAdapter.pod_sets(&job).unwrap();
+        // What the Trainer controller's MPI plugin does: n − 1 nodes and
+        // the launcher.
+        assert_eq!(counts(&sets), vec![("node", 3), ("launcher", 1)]);
+        // resourcesPerNode goes to both (merged: the runtime's cpu stays).
+        let total = total_resources(&sets);
+        assert_eq!(total.get("nvidia.com/gpu"), 4 * 2);
+        assert_eq!(total.get("cpu"), 4 * 4000);
+        // One node asked for: still one node besides the launcher.
+        let mut job = trainjob(json!({"numNodes": 1}));
+        attach_size_input(&mut job, deepspeed_runtime());
+        let sets = TrainJobAdapter.pod_sets(&job).unwrap();
+        assert_eq!(counts(&sets), vec![("node", 1), ("launcher", 1)]);
+        // No numNodes: the runtime's counts as they are.
+        let mut job = trainjob(json!({}));
+        attach_size_input(&mut job, deepspeed_runtime());
+        let sets = TrainJobAdapter.pod_sets(&job).unwrap();
+        assert_eq!(counts(&sets), vec![("node", 1), ("launcher", 1)]);
+    }
+
+    #[test]
+    fn resources_per_node_are_merged_into_the_node_container_only() {
+        let mut rt = runtime();
+        // A sidecar beside the trainer's `node` container keeps its own.
+        rt["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+            ["containers"]
+            .as_array_mut()
+            .unwrap()
+            .insert(
+                0,
+                json!({"name": "sidecar", "resources": {"requests": {"cpu": "1"}}}),
+            );
+        let mut job = trainjob(json!({"resourcesPerNode": {"requests": {"memory": "64Gi"}}}));
+        attach_size_input(&mut job, rt);
+        let sets = TrainJobAdapter.pod_sets(&job).unwrap();
+        assert_eq!(counts(&sets), vec![("dataset-initializer", 1), ("node", 2)]);
+        let total = total_resources(&sets);
+        // Initializer 1 cpu; per node the sidecar's 1 and node's 2 (kept).
+        assert_eq!(total.get("cpu"), 1000 + 2 * (1000 + 2000));
+        assert_eq!(total.get("memory"), 2 * GI + 2 * 64 * GI);
+    }
+
+    #[test]
+    fn without_a_trainer_label_no_job_takes_the_nodes() {
+        // As Trainer finds its trainer Job: by the label only.
+        let mut rt = runtime();
+        rt["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["metadata"] = json!({});
+        let mut job = trainjob(json!({"numNodes": 4}));
+        attach_size_input(&mut job, rt);
+        let sets = TrainJobAdapter.pod_sets(&job).unwrap();
+        assert_eq!(counts(&sets), vec![("dataset-initializer", 1), ("node", 1)]);
     }
 
     #[test]
