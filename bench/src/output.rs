@@ -134,6 +134,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
     let own = api_stats::total_of(&r.client_requests, Component::Creator)
         + api_stats::total_of(&r.client_requests, Component::Runner);
     let suspensions: usize = r.timelines.iter().map(|j| j.suspensions.len()).sum();
+    let finished_suspended = r.timelines.iter().filter(|j| j.suspended_finished).count();
     json!({
         "jobs": r.jobs,
         "wall_seconds": round(r.wall_seconds, 2),
@@ -155,7 +156,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
         "peak_root_cpu": r.unit_usage.as_ref().map(|u| u.root_peak as f64 / 1000.0),
         "per_quota": per_quota,
-        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions },
+        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "finished_jobs_suspended": finished_suspended },
         "unit_phase_entries": r.phase_entries,
         "resources": {
             "process_cpu_seconds": round(r.cpu.process_seconds, 2),
@@ -465,12 +466,13 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
             let v = &p["quota_violations_by_check"];
             let _ = writeln!(
                 out,
-                "  quota violations: {} (running-job check {}; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {}",
+                "  quota violations: {} (running-job check {}; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {} (of finished jobs: {})",
                 p["quota_violations"],
                 v["running_jobs"],
                 v["queue_units"],
                 v["queue_units_recorded"],
-                p["reclaims"]["units_entered_timeout_backoff"]
+                p["reclaims"]["units_entered_timeout_backoff"],
+                p["reclaims"]["finished_jobs_suspended"]
             );
             let pp = &p["pending_period"];
             let _ = writeln!(

@@ -90,6 +90,9 @@ pub struct JobTimeline {
     /// The completion write was answered OK (the API says complete from
     /// then on, whenever this runtime's watch shows it).
     pub completion_written: Option<f64>,
+    /// Seen suspended after it was seen complete: a reclaim or preemption
+    /// of a finished job (goal: never).
+    pub suspended_finished: bool,
     released_now: bool,
     generation: u64,
     /// resourceVersion of the newest state seen: an older one is ignored.
@@ -419,6 +422,10 @@ impl Runner {
         }
         timeline.last_rv = timeline.last_rv.max(rv);
         if complete {
+            if suspended && timeline.finished.is_some() && !timeline.suspended_finished {
+                timeline.suspended_finished = true;
+                tracing::warn!(job = %object, "a finished job was suspended");
+            }
             if timeline.finished.is_none() {
                 timeline.finished = Some(t);
                 timeline.generation += 1;
@@ -461,7 +468,7 @@ impl Runner {
             tokio::spawn(async move {
                 // The job controller deletes the pods of a suspended job.
                 let patch = json!({ "status": { "startTime": null, "active": 0, "ready": 0 } });
-                this.patch_status(i, &patch, generation).await;
+                this.patch_status(i, &patch, generation, false).await;
             });
         }
     }
@@ -476,7 +483,7 @@ impl Runner {
         let start = start_time.unwrap_or_else(now_time);
         if self.options.mark_running {
             let patch = json!({ "status": { "startTime": start, "active": 1, "ready": 1 } });
-            self.patch_status(i, &patch, generation).await;
+            self.patch_status(i, &patch, generation, false).await;
         }
         tokio::time::sleep_until(deadline).await;
         {
@@ -499,8 +506,13 @@ impl Runner {
                 condition("Complete", "CompletionsReached"),
             ],
         });
+        // Conditional on the newest state seen: a job suspended meanwhile
+        // (a reclaim this runtime's watch has not shown yet) must not be
+        // marked complete while suspended — its pods were deleted, as the
+        // job controller, which writes from its own cache with the same
+        // precondition, would find.
         if self
-            .patch_status(i, &json!({ "status": status }), generation)
+            .patch_status(i, &json!({ "status": status }), generation, true)
             .await
         {
             let t = self.now();
@@ -509,6 +521,25 @@ impl Runner {
             {
                 st.jobs[i].completion_written.get_or_insert(t);
             }
+        }
+    }
+
+    fn last_rv(&self, i: usize) -> u64 {
+        self.state.lock().map_or(0, |s| s.jobs[i].last_rv)
+    }
+
+    /// A state this runtime wrote itself is the newest it knows, before
+    /// its watch shows it: a conditional write after it must not conflict
+    /// with it. (It is not acted on: the watch brings it.)
+    fn observe_rv(&self, i: usize, job: &Job) {
+        let rv = job
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(rv), Ok(mut st)) = (rv, self.state.lock()) {
+            let t = &mut st.jobs[i];
+            t.last_rv = t.last_rv.max(rv);
         }
     }
 
@@ -521,8 +552,16 @@ impl Runner {
     /// Writes job `i`'s status while the job is still in `generation`
     /// (released, or suspended again): a write overtaken by a newer state
     /// (e.g. a completion racing a reclaim) is dropped, not an error.
-    /// Whether the write was answered OK.
-    async fn patch_status(self: &Arc<Self>, i: usize, patch: &Value, generation: u64) -> bool {
+    /// Whether the write was answered OK. With `conditional`, the write
+    /// carries the resourceVersion of the newest state seen and is retried
+    /// on a conflict after the job is read again (and acted on).
+    async fn patch_status(
+        self: &Arc<Self>,
+        i: usize,
+        patch: &Value,
+        generation: u64,
+        conditional: bool,
+    ) -> bool {
         let job = &self.shape.jobs[i];
         let ns = &self.shape.leaves[job.leaf].namespace;
         let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
@@ -536,11 +575,26 @@ impl Runner {
                 if !self.current(i, generation) {
                     return false;
                 }
-                api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(patch))
+                let mut patch = patch.clone();
+                if conditional {
+                    patch["metadata"] = json!({ "resourceVersion": self.last_rv(i).to_string() });
+                }
+                api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
             };
             match result {
-                Ok(_) => return true,
+                Ok(written) => {
+                    self.observe_rv(i, &written);
+                    return true;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 && conditional => {
+                    // Changed since: act on it as it is now, then try again
+                    // if it is still in this generation.
+                    last = e.to_string();
+                    if let Ok(now) = api.get(&job.name).await {
+                        self.on_job(&now);
+                    }
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => return false,
                 Err(_) if !self.current(i, generation) => return false,
                 // Refused for the job's state (say, pods removed from a job
