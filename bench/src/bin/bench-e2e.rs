@@ -234,14 +234,11 @@ async fn run(cli: Cli) -> Result<bool> {
     if cli.rounds == 0 {
         bail!("--rounds: at least 1");
     }
-    std::fs::create_dir_all(&cli.out_dir)
-        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
-    koord_queue_certs::install_crypto_provider();
-
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    // Taken now: the tree may move on during a long run.
-    let source = source_revision();
-    let load = proc_stats::load_average();
+    let Start {
+        command,
+        source,
+        load,
+    } = Start::take(&cli)?;
     eprintln!(
         "bench-e2e: {} jobs, {} leaf quotas, {} parents; phases {:?}; load average {:?}",
         shape.jobs.len(),
@@ -346,12 +343,11 @@ async fn run(cli: Cli) -> Result<bool> {
 async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     // Fail before the first phase when Kueue is not provisioned.
     koord_queue_bench::kueue::Install::find()?;
-    std::fs::create_dir_all(&cli.out_dir)
-        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
-    koord_queue_certs::install_crypto_provider();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let source = source_revision();
-    let load = proc_stats::load_average();
+    let Start {
+        command,
+        source,
+        load,
+    } = Start::take(cli)?;
     eprintln!(
         "bench-e2e kueue: {} jobs, {} queues, {} cohorts; Koord-Queue, then Kueue {}; load average {:?}",
         shape.jobs.len(),
@@ -462,12 +458,11 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
 
 /// `--phases chaos`: docs/reliability.md.
 async fn run_chaos(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
-    std::fs::create_dir_all(&cli.out_dir)
-        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
-    koord_queue_certs::install_crypto_provider();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let source = source_revision();
-    let load = proc_stats::load_average();
+    let Start {
+        command,
+        source,
+        load,
+    } = Start::take(cli)?;
     let kinds = cli
         .faults
         .iter()
@@ -560,12 +555,11 @@ async fn run_fairness(cli: &Cli) -> Result<bool> {
     };
     config.validate()?;
     let modes = fairness::plan::parse_modes(&cli.fair_sharing)?;
-    std::fs::create_dir_all(&cli.out_dir)
-        .with_context(|| format!("creating {}", cli.out_dir.display()))?;
-    koord_queue_certs::install_crypto_provider();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let source = source_revision();
-    let load = proc_stats::load_average();
+    let Start {
+        command,
+        source,
+        load,
+    } = Start::take(cli)?;
     eprintln!(
         "bench-e2e fairness: fair sharing {}; {} children under {} CPU; load average {:?}",
         cli.fair_sharing,
@@ -656,6 +650,28 @@ fn chaos_text(json: &serde_json::Value) -> String {
         json["admission"]["create_failures"]["attempts_by_cause"],
         json["passed"],
     )
+}
+
+/// What every mode records before its first phase: the command line, the
+/// source revision (taken now: the tree may move on during a long run) and
+/// the load average; the output directory exists and TLS is set up.
+struct Start {
+    command: String,
+    source: serde_json::Value,
+    load: Option<[f64; 3]>,
+}
+
+impl Start {
+    fn take(cli: &Cli) -> Result<Self> {
+        std::fs::create_dir_all(&cli.out_dir)
+            .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+        koord_queue_certs::install_crypto_provider();
+        Ok(Self {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            source: source_revision(),
+            load: proc_stats::load_average(),
+        })
+    }
 }
 
 /// The commit the benchmark was built from and whether the tree had changes.
