@@ -575,11 +575,16 @@ impl Runner {
                 if !self.current(i, generation) {
                     return false;
                 }
-                let mut patch = patch.clone();
-                if conditional {
-                    patch["metadata"] = json!({ "resourceVersion": self.last_rv(i).to_string() });
-                }
-                api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+                // Only a conditional write needs its own copy (the newest
+                // resourceVersion, read at each attempt).
+                let patch = if conditional {
+                    let mut with_rv = patch.clone();
+                    with_rv["metadata"] = json!({ "resourceVersion": self.last_rv(i).to_string() });
+                    std::borrow::Cow::Owned(with_rv)
+                } else {
+                    std::borrow::Cow::Borrowed(patch)
+                };
+                api.patch_status(&job.name, &PatchParams::default(), &Patch::Merge(&*patch))
                     .await
             };
             match result {
