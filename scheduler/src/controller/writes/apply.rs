@@ -113,10 +113,7 @@ impl Writer {
                 let status = phase_status(*phase, None, message, admissions.as_deref());
                 self.patch_unit_status(unit, status).await
             }
-            Write::HoldJob { job, .. } => {
-                let (_, hold) = hold_release_patches(job.adapter);
-                self.patch_job(job, &hold).await.map(|()| None)
-            }
+            Write::HoldJob { job, .. } => self.hold_unless_finished(job).await.map(|()| None),
             Write::RecreateUnit { unit, job } => self.recreate_unit(unit, job).await,
             Write::Visibility {
                 unit,
@@ -214,33 +211,45 @@ impl Writer {
         Err(error)
     }
 
-    /// Holds a job that is being sent back, unless it has finished since the
-    /// decision (its quota is free anyway; suspending a finished job only
-    /// makes its controller, or a stand-in for it, rewrite its status).
+    /// Holds a job again, unless it has finished since the decision (its
+    /// quota is free anyway; suspending a finished job only makes its
+    /// controller, or a stand-in for it, rewrite its status). The hold is
+    /// conditional on the job as read (its `resourceVersion`): a job that
+    /// completes between the read and the hold makes the API server refuse
+    /// the hold (409), and the job is read again, so a finished job is never
+    /// suspended. A job already gone needs no hold.
     async fn hold_unless_finished(&self, job: &JobRef) -> Result<(), kube::Error> {
-        self.fence()?;
-        let current = job
-            .api::<kube::api::DynamicObject>(&self.client)
-            .get_opt(&job.name)
-            .await?;
-        let Some(current) = current else {
-            return Ok(());
-        };
-        let value = serde_json::to_value(current).unwrap_or(Value::Null);
-        if matches!(
-            job.adapter.state(&value),
-            koord_queue_api::jobs::JobState::Succeeded | koord_queue_api::jobs::JobState::Failed
-        ) {
-            tracing::debug!(job = %job.name, "not held again: it finished meanwhile");
-            return Ok(());
-        }
-        self.hold(job).await
-    }
-
-    /// Holds the job again (a job already gone needs no hold).
-    async fn hold(&self, job: &JobRef) -> Result<(), kube::Error> {
         let (_, hold) = hold_release_patches(job.adapter);
-        gone_is_fine(self.patch_job(job, &hold).await).map(|_| ())
+        let api = job.api::<kube::api::DynamicObject>(&self.client);
+        let mut attempts = 0;
+        loop {
+            self.fence()?;
+            let Some(current) = api.get_opt(&job.name).await? else {
+                return Ok(());
+            };
+            let value = serde_json::to_value(&current).unwrap_or(Value::Null);
+            if matches!(
+                job.adapter.state(&value),
+                koord_queue_api::jobs::JobState::Succeeded
+                    | koord_queue_api::jobs::JobState::Failed
+            ) {
+                tracing::debug!(job = %job.name, "not held again: it finished meanwhile");
+                return Ok(());
+            }
+            if job.adapter.is_held(&value) {
+                return Ok(());
+            }
+            let mut patch = hold.clone();
+            patch["metadata"]["resourceVersion"] = json!(current.metadata.resource_version);
+            let sent = api
+                .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            attempts += 1;
+            match sent {
+                Err(kube::Error::Api(e)) if e.code == 409 && attempts < HOLD_ATTEMPTS => continue,
+                other => return gone_is_fine(other.map(|_| ())).map(|_| ()),
+            }
+        }
     }
 
     async fn recreate_unit(&self, unit: &Key, job: &JobRef) -> Result<Option<u64>, kube::Error> {
@@ -353,6 +362,10 @@ fn gone_is_fine(result: Result<(), kube::Error>) -> Result<Option<u64>, kube::Er
         Err(e) => Err(e),
     }
 }
+
+/// How often a conditional hold is tried against a job that keeps changing
+/// (each refusal means the job was written meanwhile; it is read again).
+const HOLD_ATTEMPTS: u32 = 5;
 
 /// How long an idempotent write is sent again while its outcome is unknown
 /// (a kube-apiserver restart here takes a few seconds); after that the
