@@ -42,6 +42,14 @@ pub const FAIR_SHARING_ANNOTATION: &str = "koord-queue/fair-sharing";
 pub const FAIR_SHARE_WEIGHT_ANNOTATION: &str = "koord-queue/fair-share-weight";
 /// ElasticQuota label choosing the policy of its auto-created Queue.
 pub const QUEUE_POLICY_LABEL: &str = "koord-queue/queue-policy";
+/// Namespace label that opts a namespace (already selected by the webhook's
+/// namespace selector) in to queueing its Pods: the chart's pod webhooks
+/// select it.
+pub const QUEUE_PODS_NAMESPACE_LABEL: &str = "koord-queue/queue-pods";
+/// Label the webhook puts on queued objects of kinds the scheduler watches
+/// by label (`JobAdapter::labels_queued`: Pods). Set at admission and never
+/// changed by anyone else: the scheduler would lose the object.
+pub const QUEUED_LABEL: &str = "koord-queue/queued";
 /// Workflow annotation with the job's total resources as a ResourceList JSON
 /// object (Argo workflows have no pod template to read them from).
 pub const MIN_RESOURCES_ANNOTATION: &str = "koord-queue/min-resources";

@@ -24,8 +24,8 @@ use crate::tools::{self, Tool};
 pub const RELEASE: &str = "koord-queue";
 
 /// Every job kind, by its extension key.
-pub const ALL_KINDS: [&str; 9] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob",
+pub const ALL_KINDS: [&str; 10] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob", "pod",
 ];
 
 /// The chart's directory in this repository.

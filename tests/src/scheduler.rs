@@ -21,6 +21,11 @@ pub fn test_args(lease_name: &str) -> koord_queue_scheduler::Args {
     args.retry_period = Duration::from_millis(400);
     args.status_interval = Duration::from_millis(500);
     args.orphan_grace = Duration::from_secs(5);
+    // Every kind, as the test webhook queues them.
+    args.enabled_kinds = koord_queue_api::jobs::extensions()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
     args
 }
 

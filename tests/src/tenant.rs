@@ -92,3 +92,38 @@ pub async fn tenant_namespace(
     .await?;
     crate::kubeconfig::client_from_file(&kubeconfig).await
 }
+
+/// Opts the tenant's namespace in to queueing Pods (the namespace label the
+/// chart's pod webhooks select) and lets the tenant create, change and
+/// delete pods there, as a platform team does for notebooks and launchers.
+pub async fn queue_pods(cp: &ControlPlane, namespace: &str) -> Result<()> {
+    let admin = cp.client().await?;
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": {
+                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
+        )
+        .await
+        .with_context(|| format!("letting namespace {namespace} queue pods"))?;
+    let name = format!("{TENANT}-pods");
+    let role: Role = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": { "name": name },
+        "rules": [{ "apiGroups": [""], "resources": ["pods", "pods/resize"], "verbs": ["*"] }],
+    }))?;
+    Api::<Role>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &role)
+        .await?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+        "subjects": [{ "kind": "ServiceAccount", "name": TENANT, "namespace": namespace }],
+    }))?;
+    Api::<RoleBinding>::namespaced(admin, namespace)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}

@@ -49,6 +49,12 @@ pub fn test_args(tls_dir: &Path) -> koord_queue_webhook::Args {
     // before quotas belonged to namespaces; the tenant suite and the chart's
     // flags run the default rule.
     args.allow_cross_namespace_quota = true;
+    // Every kind, Pods too: pods are reviewed only in namespaces that queue
+    // them (`configuration`), which only the pod suites label.
+    args.enabled_kinds = koord_queue_api::jobs::extensions()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
     args
 }
 
@@ -91,20 +97,25 @@ pub fn write_serving_cert(cp: &ControlPlane, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The two webhooks the chart registers: every create, and the updates of
-/// anyone but the scheduler.
+/// The webhooks the chart registers with every kind enabled: every create,
+/// and the updates of anyone but the scheduler; of jobs, and of pods in
+/// namespaces that queue pods.
 pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfiguration> {
     use base64::Engine;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let hook = |name: &str, operation: &str| {
+    let hook = |name: &str, operation: &str, pods: bool| {
         let rules: Vec<serde_json::Value> = koord_queue_api::jobs::all()
             .iter()
+            .filter(|a| (a.kind().plural == "pods") == pods)
             .map(|a| {
                 let kind = a.kind();
                 // As the chart: updates through a CRD's /scale are reviewed.
                 let mut resources = vec![kind.plural.to_string()];
                 if operation == "UPDATE" && SCALABLE.contains(&kind.plural) {
                     resources.push(format!("{}/scale", kind.plural));
+                }
+                if operation == "UPDATE" && pods {
+                    resources.push("pods/resize".into());
                 }
                 serde_json::json!({
                     "apiGroups": [kind.group],
@@ -115,12 +126,17 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
                 })
             })
             .collect();
+        // As the chart: pods only from namespaces that queue pods.
+        let mut namespace_labels = serde_json::json!({ keys::ENABLED_NAMESPACE_LABEL: "true" });
+        if pods {
+            namespace_labels[keys::QUEUE_PODS_NAMESPACE_LABEL] = "true".into();
+        }
         serde_json::json!({
             "name": name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": { "url": url, "caBundle": ca_bundle },
             "rules": rules,
-            "namespaceSelector": { "matchLabels": { keys::ENABLED_NAMESPACE_LABEL: "true" } },
+            "namespaceSelector": { "matchLabels": namespace_labels },
             "failurePolicy": "Fail",
             "matchPolicy": "Equivalent",
             "sideEffects": "NoneOnDryRun",
@@ -128,16 +144,24 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
             "reinvocationPolicy": "Never",
         })
     };
-    let mut updates = hook("job-updates.koord-queue.x-k8s.io", "UPDATE");
-    updates["matchConditions"] = serde_json::json!([{
+    let not_by_the_scheduler = serde_json::json!([{
         "name": "not-by-the-scheduler",
         "expression": format!("request.userInfo.username != '{SCHEDULER_USER}'"),
     }]);
+    let mut updates = hook("job-updates.koord-queue.x-k8s.io", "UPDATE", false);
+    updates["matchConditions"] = not_by_the_scheduler.clone();
+    let mut pod_updates = hook("pod-updates.koord-queue.x-k8s.io", "UPDATE", true);
+    pod_updates["matchConditions"] = not_by_the_scheduler;
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": { "name": WEBHOOK_CONFIGURATION },
-        "webhooks": [hook("jobs.koord-queue.x-k8s.io", "CREATE"), updates],
+        "webhooks": [
+            hook("jobs.koord-queue.x-k8s.io", "CREATE", false),
+            updates,
+            hook("pods.koord-queue.x-k8s.io", "CREATE", true),
+            pod_updates,
+        ],
     }))?)
 }
 

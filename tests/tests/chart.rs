@@ -337,13 +337,49 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
             (k.group.into(), k.version.into(), k.plural.into())
         })
         .collect();
-    for (hook, operation) in hooks.as_array().unwrap().iter().zip(["CREATE", "UPDATE"]) {
-        let mut expected = kinds.clone();
+    let is_pod = |(g, _, plural): &(String, String, String)| g.is_empty() && plural == "pods";
+    let hooks = hooks.as_array().unwrap();
+    let names: Vec<&str> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "jobs.koord-queue.x-k8s.io",
+            "job-updates.koord-queue.x-k8s.io",
+            "pods.koord-queue.x-k8s.io",
+            "pod-updates.koord-queue.x-k8s.io"
+        ]
+    );
+    // Pods have hooks of their own, selecting only the namespaces that
+    // queue pods: a namespace queueing jobs sends no review per pod.
+    for hook in &hooks[2..] {
+        let sel = &hook["namespaceSelector"];
+        let mut labels = namespace_labels("team-a", true);
+        assert!(!selects(sel, &labels), "{}", hook["name"]);
+        labels.insert("koord-queue/queue-pods", "true");
+        assert!(selects(sel, &labels), "{}", hook["name"]);
+    }
+    assert!(hooks[2]["matchConditions"].is_null());
+    assert_eq!(hooks[3]["matchConditions"], hooks[1]["matchConditions"]);
+    let hook_kinds = [false, false, true, true];
+    for ((hook, operation), pods) in hooks
+        .iter()
+        .zip(["CREATE", "UPDATE", "CREATE", "UPDATE"])
+        .zip(hook_kinds)
+    {
+        let mut expected: Vec<_> = kinds
+            .iter()
+            .filter(|k| is_pod(k) == pods)
+            .cloned()
+            .collect();
         if operation == "UPDATE" {
-            // Updates through a CRD's /scale are reviewed too.
-            for (g, v, plural) in &kinds {
+            // Updates through a CRD's /scale, and a Pod's in-place
+            // resize, are reviewed too.
+            for (g, v, plural) in expected.clone() {
                 if koord_queue_tests::webhook::SCALABLE.contains(&plural.as_str()) {
                     expected.push((g.clone(), v.clone(), format!("{plural}/scale")));
+                }
+                if plural == "pods" {
+                    expected.push((g.clone(), v.clone(), "pods/resize".into()));
                 }
             }
         }
@@ -386,15 +422,17 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
     assert_eq!(s.lease_name, "koord-queue-scheduler");
     assert_eq!(s.identity.as_deref(), Some("pod-0"));
 
-    // The scheduler may follow and release every enabled kind.
+    // The scheduler may follow and release every enabled kind; a released
+    // pod cannot be gated again, so sending one back deletes it.
     let role = find(&docs, "ClusterRole", "koord-queue-scheduler");
-    for (group, _, plural) in &kinds {
+    for kind @ (group, _, plural) in &kinds {
         let rule = role["rules"]
             .as_array()
             .unwrap()
             .iter()
             .find(|r| {
                 r["apiGroups"][0] == group.as_str()
+                    && r["verbs"].as_array().unwrap().iter().any(|v| v == "patch")
                     && r["resources"]
                         .as_array()
                         .unwrap()
@@ -402,7 +440,12 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
                         .any(|x| x == plural.as_str())
             })
             .unwrap_or_else(|| panic!("no scheduler rule for {group}/{plural}"));
-        assert_eq!(rule["verbs"], json!(["get", "list", "watch", "patch"]));
+        let verbs = if is_pod(kind) {
+            json!(["get", "list", "watch", "patch", "delete"])
+        } else {
+            json!(["get", "list", "watch", "patch"])
+        };
+        assert_eq!(rule["verbs"], verbs);
     }
 }
 

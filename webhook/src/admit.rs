@@ -176,7 +176,17 @@ fn hold_and_queue(
     {
         jobs::set_path(&mut held, &["metadata", "name"], Value::String(name.into()));
     }
+    if let Some(reason) = adapter.cannot_hold(job) {
+        return Verdict::Deny(format!("{what} cannot be queued: {reason}"));
+    }
     adapter.hold(&mut held);
+    if adapter.labels_queued() {
+        jobs::set_path(
+            &mut held,
+            &["metadata", "labels", keys::QUEUED_LABEL],
+            Value::String("true".into()),
+        );
+    }
     jobs::set_annotation(&mut held, keys::QUEUE_UNIT_ANNOTATION, &unit_name);
     jobs::set_annotation(&mut held, keys::QUEUE_ANNOTATION, &route.queue);
     if let Some(quota) = &route.quota {

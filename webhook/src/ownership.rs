@@ -9,6 +9,7 @@
 //! create) or the update is refused.
 
 use koord_queue_api::jobs::guard::exceeds;
+use koord_queue_api::jobs::pod::POD_KIND;
 use koord_queue_api::jobs::{self, JobAdapter, JobKind, json};
 use koord_queue_api::{Resources, keys};
 use serde_json::Value;
@@ -98,6 +99,15 @@ pub enum NotProven {
     Unverifiable(kube::Error),
 }
 
+/// The largest request of one pod among `sets`, per resource.
+fn largest_pod(sets: &[jobs::PodSetInfo]) -> Resources {
+    let mut largest = Resources::new();
+    for set in sets.iter().filter(|s| s.count > 0) {
+        largest.max_with(&set.per_pod);
+    }
+    largest
+}
+
 /// Proves `claim` by reading its owner chain.
 pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotProven> {
     let refuted = |reason: String| Err(NotProven::Refuted(reason));
@@ -136,11 +146,40 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
                 uid.unwrap_or("none")
             ));
         }
-        let budget = match claim
-            .owner
-            .adapter
-            .child_budget(&owner, claim.kind, &claim.name)
-        {
+        let is_pod = claim.kind == &POD_KIND;
+        if is_pod && claim.owner.adapter.kind() == &POD_KIND {
+            // A pod a pod makes (a Spark driver's executors): a queued Pod
+            // makes none; an unqueued one is a child itself, and the pod is
+            // judged against that pod's own owner, with its own size.
+            if jobs::annotation(&owner, keys::QUEUE_UNIT_ANNOTATION).is_some() {
+                return refuted(format!(
+                    "{what} is queued on its own and runs no other pods"
+                ));
+            }
+            let Some(next) = managed_controller(&owner) else {
+                return refuted(format!("its owner {what} is not queued by Koord-Queue"));
+            };
+            claim = ChildClaim {
+                name: claim.owner.name,
+                owner: next,
+                ..claim
+            };
+            continue;
+        }
+        let budget = if is_pod {
+            // Controllers name their pods as they like: a pod of a managed
+            // job is bounded by the largest pod the job's pod sets name.
+            match claim.owner.adapter.pod_sets(&owner) {
+                Ok(sets) => Some(Ok(largest_pod(&sets))),
+                Err(e) => Some(Err(e)),
+            }
+        } else {
+            claim
+                .owner
+                .adapter
+                .child_budget(&owner, claim.kind, &claim.name)
+        };
+        let budget = match budget {
             None => {
                 return refuted(format!(
                     "a {} does not create a {} named {}",

@@ -106,6 +106,16 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
                 keys::QUOTA_NAME_LABEL
             ));
         }
+        let queued_label = |job: &Value| {
+            jobs::json::get_path(job, &["metadata", "labels", keys::QUEUED_LABEL]).cloned()
+        };
+        if queued_label(old) != queued_label(new) {
+            return Some(format!(
+                "the label {} is managed by Koord-Queue (set at admission) and cannot be changed: \
+                 the scheduler follows the object by it",
+                keys::QUEUED_LABEL
+            ));
+        }
     }
     let controller = |job: &Value| {
         ownership::managed_controller(job).map(|o| (o.adapter.kind().kind, o.name, o.uid))
@@ -140,14 +150,25 @@ fn size_fixed(what: &str, adapter: &dyn JobAdapter, old: &Value, growth: &str) -
     )
 }
 
-/// A request on a subresource of a job kind. Only `/scale` changes what a
-/// job runs; status and others are not ours to judge.
+/// A request on a subresource of a job kind. Only `/scale` and a Pod's
+/// `/resize` change what a job runs; status and others are not ours to judge.
 pub(crate) fn decide_subresource(
     request: &AdmissionRequest<DynamicObject>,
     sub: &str,
     objects: &RequestObjects,
     policy: &Policy,
 ) -> Verdict {
+    if sub == "resize" && request.operation == Operation::Update {
+        // A Pod's in-place resize: the whole Pod before and after, judged
+        // as any update of it (a queued pod's size is fixed).
+        let kind = &request.kind;
+        return match jobs::for_kind(&kind.group, &kind.kind) {
+            Some(adapter) if policy.is_enabled(adapter.kind().extension) => {
+                decide_update(request, objects, adapter, policy)
+            }
+            _ => Verdict::Allow,
+        };
+    }
     if sub != "scale" || request.operation != Operation::Update || policy.is_scheduler(request) {
         return Verdict::Allow;
     }

@@ -17,6 +17,7 @@ pub mod guard;
 pub mod jobset;
 pub mod json;
 pub mod kubeflow;
+pub mod pod;
 pub mod pod_request;
 pub mod ray;
 pub mod registry;
@@ -131,6 +132,74 @@ pub fn attach_size_input(job: &mut Value, input: Value) {
 /// watcher keeps the value of these and no other label.
 pub const POD_GROUP_LABELS: &[&str] = &["ray.io/cluster"];
 
+/// A write that lifts or puts back a job's hold without reading the job
+/// first (the scheduler's release and send-back).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HoldWrite {
+    /// An RFC 7386 merge patch.
+    Merge(Value),
+    /// A Kubernetes strategic merge patch (core kinds only).
+    Strategic(Value),
+    /// The hold cannot be put back (a Pod's scheduling gate): the object is
+    /// deleted instead.
+    Delete,
+}
+
+/// The merge patch turning a job held by `adapter` into a released one
+/// (`release`), or back (`!release`), from the fields its hold sets.
+fn marker_patch(adapter: &dyn JobAdapter, release: bool) -> HoldWrite {
+    let mut held = Value::Object(Default::default());
+    adapter.hold(&mut held);
+    let mut released = held.clone();
+    adapter.release(&mut released);
+    HoldWrite::Merge(if release {
+        merge_patch(&held, &released)
+    } else {
+        merge_patch(&released, &held)
+    })
+}
+
+/// The write that lifts `adapter`'s hold (the scheduler's release).
+pub fn release_write(adapter: &dyn JobAdapter) -> HoldWrite {
+    adapter
+        .custom_release_write()
+        .unwrap_or_else(|| marker_patch(adapter, true))
+}
+
+/// The write that puts `adapter`'s hold back (the scheduler's send-back).
+pub fn hold_write(adapter: &dyn JobAdapter) -> HoldWrite {
+    adapter
+        .custom_hold_write()
+        .unwrap_or_else(|| marker_patch(adapter, false))
+}
+
+/// An RFC 7386 merge patch turning `from` into `to` (objects only).
+pub fn merge_patch(from: &Value, to: &Value) -> Value {
+    match (from, to) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in b {
+                match a.get(k) {
+                    Some(old) if old == v => {}
+                    Some(old) if old.is_object() && v.is_object() => {
+                        patch.insert(k.clone(), merge_patch(old, v));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in a.keys() {
+                if !b.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        (_, to) => to.clone(),
+    }
+}
+
 /// What Koord-Queue needs to know about one job kind.
 pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
@@ -166,6 +235,33 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// default `spec.suspend`.
     fn hold_fields(&self) -> &'static [&'static [&'static str]] {
         &[&json::SPEC_SUSPEND]
+    }
+
+    /// The write that lifts the hold, when it is not the merge patch of the
+    /// hold's markers ([`JobAdapter::hold_fields`]) from held to released;
+    /// [`release_write`] gives the one to send.
+    fn custom_release_write(&self) -> Option<HoldWrite> {
+        None
+    }
+
+    /// The write that puts the hold back on a released job, when it is not
+    /// the merge patch of the markers from released to held;
+    /// [`hold_write`] gives the one to send.
+    fn custom_hold_write(&self) -> Option<HoldWrite> {
+        None
+    }
+
+    /// Why `job` cannot be held, if it cannot (a Pod that names its node
+    /// would never meet the scheduler that its gate stops).
+    fn cannot_hold(&self, _job: &Value) -> Option<String> {
+        None
+    }
+
+    /// Whether the webhook labels this kind's queued objects
+    /// ([`crate::keys::QUEUED_LABEL`]) so that the scheduler watches only
+    /// those: for Pods, of which a cluster has many more than it queues.
+    fn labels_queued(&self) -> bool {
+        false
     }
 
     /// The job's pod sets with counts, templates and per-pod resources. A

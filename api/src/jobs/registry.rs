@@ -5,11 +5,12 @@ use super::argo::WorkflowAdapter;
 use super::batch_job::BatchJobAdapter;
 use super::jobset::JobSetAdapter;
 use super::kubeflow::{MPI_JOB, PYTORCH_JOB, TF_JOB};
+use super::pod::PodAdapter;
 use super::ray::{RayClusterAdapter, RayJobAdapter};
 use super::spark::SparkApplicationAdapter;
 use super::trainjob::TrainJobAdapter;
 
-static ALL: [&dyn JobAdapter; 10] = [
+static ALL: [&dyn JobAdapter; 11] = [
     &BatchJobAdapter,
     &TF_JOB,
     &PYTORCH_JOB,
@@ -20,11 +21,12 @@ static ALL: [&dyn JobAdapter; 10] = [
     &WorkflowAdapter,
     &JobSetAdapter,
     &TrainJobAdapter,
+    &PodAdapter,
 ];
 
 /// Extension keys (chart values `extension.<key>.enable`), in chart order.
-const EXTENSIONS: [&str; 9] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob",
+const EXTENSIONS: [&str; 10] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob", "pod",
 ];
 
 /// The adapters of every supported kind.
@@ -76,7 +78,7 @@ mod tests {
     #[test]
     fn every_kind_has_a_unique_identity() {
         let n = all().len();
-        assert_eq!(n, 10);
+        assert_eq!(n, 11);
         let mut kinds: Vec<_> = all()
             .iter()
             .map(|a| (a.kind().group, a.kind().kind))
@@ -117,7 +119,11 @@ mod tests {
             Some("mpi")
         );
         assert!(for_kind("", "Job").is_none());
-        assert!(for_api_version("v1", "Pod").is_none());
+        assert!(for_api_version("v1", "Service").is_none());
+        assert_eq!(
+            for_api_version("v1", "Pod").map(|a| a.kind().extension),
+            Some("pod")
+        );
         assert!(for_kind("batch", "CronJob").is_none());
         assert!(for_kind("kubeflow.org", "job").is_none());
         assert_eq!(

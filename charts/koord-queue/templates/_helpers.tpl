@@ -122,19 +122,30 @@ trainjob:
   # A TrainJob's size is read from its runtime (webhook at admission,
   # scheduler when it re-creates a unit).
   reads: [trainingruntimes, clustertrainingruntimes]
+pod:
+  group: ""
+  version: v1
+  resources: [pods]
+  # An in-place resize changes what a pod runs: reviewed like /scale.
+  subresources: [pods/resize]
+  # Reviewed by webhooks of their own, only in namespaces labelled
+  # koord-queue/queue-pods=true (besides the namespace selector).
+  podHooks: true
+  # A released pod cannot be gated again: sending it back deletes it.
+  schedulerVerbs: [get, list, watch, patch, delete]
 {{- end }}
 
 {{/* The enabled extension keys in a fixed order, comma-separated; fails when none is. */}}
 {{- define "koord-queue.enabledKinds" -}}
 {{- $enabled := list }}
-{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" "trainjob" }}
+{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" "trainjob" "pod" }}
 {{- $ext := index $.Values.extension $key }}
 {{- if and $ext $ext.enable }}
 {{- $enabled = append $enabled $key }}
 {{- end }}
 {{- end }}
 {{- if not $enabled }}
-{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset|trainjob>.enable=true" }}
+{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset|trainjob|pod>.enable=true" }}
 {{- end }}
 {{- join "," $enabled }}
 {{- end }}

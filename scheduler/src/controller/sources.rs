@@ -157,7 +157,16 @@ pub fn start(
         let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural);
         let api = Api::<WatchedJob>::all_with(client.clone(), &resource);
-        let stream = watcher::watcher(api, config.clone()).default_backoff();
+        // Kinds of which a cluster has many more than it queues (Pods) are
+        // watched by the label the webhook puts on queued ones.
+        let config = if adapter.labels_queued() {
+            config
+                .clone()
+                .labels(&format!("{}=true", koord_queue_api::keys::QUEUED_LABEL))
+        } else {
+            config.clone()
+        };
+        let stream = watcher::watcher(api, config).default_backoff();
         let tx = tx.clone();
         let name = kind.kind;
         sources.push(name);

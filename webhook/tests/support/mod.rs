@@ -206,7 +206,7 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
     Arc::new(Webhook {
         policy: Policy {
             enabled_kinds: [
-                "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset",
+                "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "pod",
             ]
             .iter()
             .map(|s| s.to_string())

@@ -78,44 +78,6 @@ impl JobRecord {
     }
 }
 
-/// The merge patch that releases (or holds) a job of `adapter`'s kind,
-/// computed from the fields the adapter's hold sets, so that the job itself
-/// need not be read first.
-pub fn hold_release_patches(adapter: &dyn JobAdapter) -> (Value, Value) {
-    let mut held = Value::Object(Default::default());
-    adapter.hold(&mut held);
-    let mut released = held.clone();
-    adapter.release(&mut released);
-    (merge_patch(&held, &released), merge_patch(&released, &held))
-}
-
-/// An RFC 7386 merge patch turning `from` into `to` (objects only).
-pub(super) fn merge_patch(from: &Value, to: &Value) -> Value {
-    match (from, to) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut patch = serde_json::Map::new();
-            for (k, v) in b {
-                match a.get(k) {
-                    Some(old) if old == v => {}
-                    Some(old) if old.is_object() && v.is_object() => {
-                        patch.insert(k.clone(), merge_patch(old, v));
-                    }
-                    _ => {
-                        patch.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            for k in a.keys() {
-                if !b.contains_key(k) {
-                    patch.insert(k.clone(), Value::Null);
-                }
-            }
-            Value::Object(patch)
-        }
-        (_, to) => to.clone(),
-    }
-}
-
 /// A pod of a queued job, as strict dequeue needs it.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct PodRecord {

@@ -8,7 +8,7 @@ mod unit;
 pub use cluster::{
     NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
 };
-pub use job::{JobKey, JobRecord, PodRecord, hold_release_patches};
+pub use job::{JobKey, JobRecord, PodRecord};
 pub use unit::UnitRecord;
 
 use std::collections::{BTreeMap, HashSet};
@@ -21,7 +21,6 @@ use koord_queue_api::jobs::{self, JobAdapter, JobState};
 use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, QueueUnit, Resources, keys};
 use kube::ResourceExt;
-use serde_json::Value;
 
 /// `namespace/name`.
 pub type Key = Arc<str>;
@@ -133,28 +132,33 @@ mod tests {
     #[test]
     fn release_and_hold_patches_touch_only_the_hold_fields() {
         let tf = jobs::for_kind("kubeflow.org", "TFJob").unwrap();
-        let (release, hold) = hold_release_patches(tf);
+        let (release, hold) = (jobs::release_write(tf), jobs::hold_write(tf));
         assert_eq!(
             release,
-            serde_json::json!({
+            jobs::HoldWrite::Merge(serde_json::json!({
                 "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: null } },
                 "spec": { "runPolicy": { "suspend": false } }
-            })
+            }))
         );
         assert_eq!(
             hold,
-            serde_json::json!({
+            jobs::HoldWrite::Merge(serde_json::json!({
                 "metadata": { "annotations": { keys::SUSPEND_ANNOTATION: "true" } },
                 "spec": { "runPolicy": { "suspend": true } }
-            })
+            }))
         );
         let job = jobs::for_kind("batch", "Job").unwrap();
-        let (release, hold) = hold_release_patches(job);
-        assert_eq!(release, serde_json::json!({ "spec": { "suspend": false } }));
-        assert_eq!(hold, serde_json::json!({ "spec": { "suspend": true } }));
+        assert_eq!(
+            jobs::release_write(job),
+            jobs::HoldWrite::Merge(serde_json::json!({ "spec": { "suspend": false } }))
+        );
+        assert_eq!(
+            jobs::hold_write(job),
+            jobs::HoldWrite::Merge(serde_json::json!({ "spec": { "suspend": true } }))
+        );
     }
 
-    fn object(value: Value) -> WatchedJob {
+    fn object(value: serde_json::Value) -> WatchedJob {
         WatchedJob::from_value(&value).unwrap()
     }
 

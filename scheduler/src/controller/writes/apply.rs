@@ -1,5 +1,7 @@
 //! What each write sends to the API server.
 
+use koord_queue_api::jobs::HoldWrite;
+
 use super::writer::*;
 use super::*;
 
@@ -24,11 +26,48 @@ impl Writer {
         ))
     }
 
-    pub(super) async fn patch_job(&self, job: &JobRef, patch: &Value) -> Result<(), kube::Error> {
+    /// Sends a hold write to `job`, conditional on `resource_version` when
+    /// given (a 409 when the job changed since).
+    pub(super) async fn write_job(
+        &self,
+        job: &JobRef,
+        write: &HoldWrite,
+        resource_version: Option<&str>,
+    ) -> Result<(), kube::Error> {
         self.fence()?;
-        job.api::<WriteAck>(&self.client)
-            .patch(&job.name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+        let conditional = |patch: &Value| {
+            let mut patch = patch.clone();
+            if let Some(rv) = resource_version {
+                patch["metadata"]["resourceVersion"] = json!(rv);
+            }
+            patch
+        };
+        let params = PatchParams::default();
+        match write {
+            HoldWrite::Merge(patch) => {
+                job.api::<WriteAck>(&self.client)
+                    .patch(&job.name, &params, &Patch::Merge(conditional(patch)))
+                    .await?;
+            }
+            HoldWrite::Strategic(patch) => {
+                job.api::<WriteAck>(&self.client)
+                    .patch(&job.name, &params, &Patch::Strategic(conditional(patch)))
+                    .await?;
+            }
+            HoldWrite::Delete => {
+                let preconditions = kube::api::Preconditions {
+                    resource_version: resource_version.map(str::to_string),
+                    uid: Some(job.uid.clone()).filter(|u| !u.is_empty()),
+                };
+                let params = DeleteParams {
+                    preconditions: Some(preconditions),
+                    ..DeleteParams::background()
+                };
+                job.api::<kube::api::DynamicObject>(&self.client)
+                    .delete(&job.name, &params)
+                    .await?;
+            }
+        }
         Ok(())
     }
 
@@ -183,9 +222,8 @@ impl Writer {
     /// the controller finishes the release (`Outcome::Unknown`). Reverting
     /// then would let the quota serve another unit while this job runs.
     async fn lift_hold(&self, unit: &Key, job: &JobRef) -> Result<(), kube::Error> {
-        let (release, _) = hold_release_patches(job.adapter);
-        let release = &release;
-        let error = match until_known(move || self.patch_job(job, release)).await {
+        let release = &koord_queue_api::jobs::release_write(job.adapter);
+        let error = match until_known(move || self.write_job(job, release, None)).await {
             Ok(()) => return Ok(()),
             // The Lease is lost: the new leader decides about this unit (it
             // reads the release from the API), nothing is reverted.
@@ -219,7 +257,7 @@ impl Writer {
     /// the hold (409), and the job is read again, so a finished job is never
     /// suspended. A job already gone needs no hold.
     async fn hold_unless_finished(&self, job: &JobRef) -> Result<(), kube::Error> {
-        let (_, hold) = hold_release_patches(job.adapter);
+        let hold = koord_queue_api::jobs::hold_write(job.adapter);
         let api = job.api::<kube::api::DynamicObject>(&self.client);
         let mut attempts = 0;
         loop {
@@ -239,15 +277,17 @@ impl Writer {
             if job.adapter.is_held(&value) {
                 return Ok(());
             }
-            let mut patch = hold.clone();
-            patch["metadata"]["resourceVersion"] = json!(current.metadata.resource_version);
-            let sent = api
-                .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+            if hold == HoldWrite::Delete {
+                tracing::info!(job = %job.name, kind = job.adapter.kind().kind,
+                    "deleted: its hold cannot be put back (a released Pod cannot be gated again)");
+            }
+            let sent = self
+                .write_job(job, &hold, current.metadata.resource_version.as_deref())
                 .await;
             attempts += 1;
             match sent {
                 Err(kube::Error::Api(e)) if e.code == 409 && attempts < HOLD_ATTEMPTS => continue,
-                other => return gone_is_fine(other.map(|_| ())).map(|_| ()),
+                other => return gone_is_fine(other).map(|_| ()),
             }
         }
     }

@@ -35,7 +35,7 @@ use tokio::sync::{Notify, mpsc};
 
 pub use super::job_ref::JobRef;
 use super::metrics::Metrics;
-use crate::controller::records::{Key, hold_release_patches};
+use crate::controller::records::Key;
 
 use backlog::Lane;
 pub use writer::Writer;

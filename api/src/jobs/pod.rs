@@ -1,0 +1,274 @@
+//! `v1` Pod, queued on its own (a notebook's or a home-made launcher's pod,
+//! a pod of a StatefulSet or ReplicaSet in a namespace that queues pods).
+//!
+//! A Pod has no suspend field. It is held by a scheduling gate the webhook
+//! adds at creation: kube-scheduler does not place a pod while any gate is
+//! listed. The scheduler releases it by removing that gate (and only that
+//! gate: other systems' gates stay, so the release is a strategic merge patch
+//! that deletes one list entry). Kubernetes lets a gate be removed from a
+//! pod, never added after creation: a released pod cannot be held again, so
+//! sending it back (a reclaim, a preemption, a hold after someone else
+//! removed the gate) deletes it, as Kueue does with plain pods. Its owner —
+//! a user, a StatefulSet — creates it again, and the new pod queues anew.
+
+use serde_json::{Value, json};
+
+use super::json::get_path;
+use super::pod_request::pod_spec_requests;
+use super::{AdapterError, HoldWrite, JobAdapter, JobKind, JobState, PodSetInfo};
+
+/// The `v1` Pod kind.
+pub static POD_KIND: JobKind = JobKind {
+    group: "",
+    version: "v1",
+    kind: "Pod",
+    plural: "pods",
+    extension: "pod",
+};
+
+/// The scheduling gate that holds a queued pod.
+pub const SCHEDULING_GATE: &str = "koord-queue.x-k8s.io/admission";
+
+const GATES: [&str; 2] = ["spec", "schedulingGates"];
+
+/// Adapter for Pods.
+#[derive(Debug)]
+pub struct PodAdapter;
+
+impl PodAdapter {
+    fn gates(pod: &Value) -> &[Value] {
+        get_path(pod, &GATES)
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    fn is_ours(gate: &Value) -> bool {
+        gate.get("name").and_then(Value::as_str) == Some(SCHEDULING_GATE)
+    }
+}
+
+impl JobAdapter for PodAdapter {
+    fn kind(&self) -> &'static JobKind {
+        &POD_KIND
+    }
+
+    /// Appends the gate unless it is listed.
+    fn hold(&self, pod: &mut Value) {
+        if self.is_held(pod) {
+            return;
+        }
+        let mut gates = Self::gates(pod).to_vec();
+        gates.push(json!({ "name": SCHEDULING_GATE }));
+        super::set_path(pod, &GATES, Value::Array(gates));
+    }
+
+    /// Removes the gate, keeping every other.
+    fn release(&self, pod: &mut Value) {
+        if !self.is_held(pod) {
+            return;
+        }
+        let gates: Vec<Value> = Self::gates(pod)
+            .iter()
+            .filter(|g| !Self::is_ours(g))
+            .cloned()
+            .collect();
+        super::set_path(pod, &GATES, Value::Array(gates));
+    }
+
+    fn is_held(&self, pod: &Value) -> bool {
+        Self::gates(pod).iter().any(Self::is_ours)
+    }
+
+    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&GATES]
+    }
+
+    /// Only the gate named here goes; a merge patch would replace the list.
+    fn custom_release_write(&self) -> Option<HoldWrite> {
+        Some(HoldWrite::Strategic(json!({ "spec": { "schedulingGates": [
+            { "$patch": "delete", "name": SCHEDULING_GATE }
+        ]}})))
+    }
+
+    fn custom_hold_write(&self) -> Option<HoldWrite> {
+        Some(HoldWrite::Delete)
+    }
+
+    fn cannot_hold(&self, pod: &Value) -> Option<String> {
+        get_path(pod, &["spec", "nodeName"])
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(|node| {
+                format!(
+                    "it names its node ({node}) in spec.nodeName, which bypasses kube-scheduler and so \
+                     the queue's scheduling gate; a queued Pod is placed once released: name the node \
+                     with a nodeSelector or node affinity instead"
+                )
+            })
+    }
+
+    fn labels_queued(&self) -> bool {
+        true
+    }
+
+    /// One pod set `main` of one pod: what Kubernetes' pod request rule
+    /// gives for the spec (containers, init containers, overhead).
+    fn pod_sets(&self, pod: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
+        let spec = match get_path(pod, &["spec"]) {
+            Some(spec) if spec.is_object() => spec,
+            _ => {
+                return Err(AdapterError::Invalid {
+                    path: "spec".into(),
+                    reason: "a Pod needs a spec object".into(),
+                });
+            }
+        };
+        let template = json!({
+            "metadata": get_path(pod, &["metadata"]).cloned().unwrap_or(json!({})),
+            "spec": spec,
+        });
+        Ok(vec![PodSetInfo {
+            name: "main".to_string(),
+            count: 1,
+            per_pod: pod_spec_requests(spec)?,
+            template,
+        }])
+    }
+
+    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+        &[&GATES, &["status", "phase"]]
+    }
+
+    fn state(&self, pod: &Value) -> JobState {
+        match get_path(pod, &["status", "phase"]).and_then(Value::as_str) {
+            Some("Succeeded") => JobState::Succeeded,
+            Some("Failed") => JobState::Failed,
+            Some("Running") => JobState::Running,
+            _ => JobState::Pending,
+        }
+    }
+
+    fn priority_class_name(&self, pod: &Value) -> Option<String> {
+        get_path(pod, &["spec", "priorityClassName"])
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::test_support::{GI, container};
+    use crate::jobs::total_resources;
+
+    fn pod(gates: Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "notebook", "namespace": "team-a"},
+            "spec": {
+                "schedulingGates": gates,
+                "priorityClassName": "high",
+                "initContainers": [container("4", "1Gi")],
+                "containers": [container("1", "2Gi"), container("1", "2Gi")],
+                "overhead": {"cpu": "250m"},
+            }
+        })
+    }
+
+    #[test]
+    fn the_gate_holds_and_other_gates_stay() {
+        let other = json!({"name": "example.com/quota-check"});
+        let mut p = pod(json!([other]));
+        assert!(!PodAdapter.is_held(&p));
+        PodAdapter.hold(&mut p);
+        PodAdapter.hold(&mut p);
+        assert_eq!(
+            p["spec"]["schedulingGates"],
+            json!([other, {"name": SCHEDULING_GATE}])
+        );
+        assert!(PodAdapter.is_held(&p));
+        PodAdapter.release(&mut p);
+        assert_eq!(p["spec"]["schedulingGates"], json!([other]));
+        assert!(!PodAdapter.is_held(&p));
+        // A pod without the list is held by one that has only the gate.
+        let mut bare = json!({"spec": {"containers": []}});
+        PodAdapter.hold(&mut bare);
+        assert_eq!(
+            bare["spec"]["schedulingGates"],
+            json!([{"name": SCHEDULING_GATE}])
+        );
+    }
+
+    #[test]
+    fn removing_another_gate_does_not_lift_the_hold_removing_ours_does() {
+        let other = json!({"name": "example.com/quota-check"});
+        let mut held = pod(json!([other]));
+        PodAdapter.hold(&mut held);
+        let mut others_gone = held.clone();
+        others_gone["spec"]["schedulingGates"] = json!([{"name": SCHEDULING_GATE}]);
+        assert!(!crate::jobs::guard::loosens_hold(
+            &PodAdapter,
+            &held,
+            &others_gone
+        ));
+        let mut ours_gone = held.clone();
+        PodAdapter.release(&mut ours_gone);
+        assert!(crate::jobs::guard::loosens_hold(
+            &PodAdapter,
+            &held,
+            &ours_gone
+        ));
+    }
+
+    #[test]
+    fn size_is_one_pod_by_the_pod_request_rule() {
+        let sets = PodAdapter.pod_sets(&pod(json!([]))).unwrap();
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].count, 1);
+        let total = total_resources(&sets);
+        // max(init 4, containers 1 + 1) + overhead 0.25
+        assert_eq!(total.get("cpu"), 4_250);
+        assert_eq!(total.get("memory"), 4 * GI);
+        assert_eq!(
+            PodAdapter.priority_class_name(&pod(json!([]))).as_deref(),
+            Some("high")
+        );
+        let err = PodAdapter.pod_sets(&json!({"metadata": {}})).unwrap_err();
+        assert!(err.to_string().contains("spec"), "{err}");
+    }
+
+    #[test]
+    fn a_pod_that_names_its_node_cannot_be_held() {
+        let mut p = pod(json!([]));
+        assert_eq!(PodAdapter.cannot_hold(&p), None);
+        p["spec"]["nodeName"] = json!("node-1");
+        let reason = PodAdapter.cannot_hold(&p).unwrap();
+        assert!(
+            reason.contains("node-1") && reason.contains("nodeSelector"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn state_follows_the_phase() {
+        let with = |phase: &str| json!({"status": {"phase": phase}});
+        assert_eq!(PodAdapter.state(&with("Succeeded")), JobState::Succeeded);
+        assert_eq!(PodAdapter.state(&with("Failed")), JobState::Failed);
+        assert_eq!(PodAdapter.state(&with("Running")), JobState::Running);
+        assert_eq!(PodAdapter.state(&with("Pending")), JobState::Pending);
+        assert_eq!(PodAdapter.state(&json!({})), JobState::Pending);
+    }
+
+    #[test]
+    fn the_release_removes_only_our_gate_and_a_hold_deletes() {
+        let HoldWrite::Strategic(patch) = crate::jobs::release_write(&PodAdapter) else {
+            panic!("a strategic merge patch")
+        };
+        assert_eq!(
+            patch["spec"]["schedulingGates"][0]["name"],
+            json!(SCHEDULING_GATE)
+        );
+        assert_eq!(crate::jobs::hold_write(&PodAdapter), HoldWrite::Delete);
+    }
+}
