@@ -3,6 +3,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
+# The checkout being built: the build scripts that embed the git revision
+# rerun when it changes (checkouts sharing a target directory, as CI's).
+export KOORD_QUEUE_SOURCE_DIR := $(CURDIR)
 
 .PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push
 

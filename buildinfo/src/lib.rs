@@ -19,6 +19,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Environment variable naming the checkout being built (set by the
+/// Makefile): a build script reruns when it changes.
+pub const SOURCE_DIR_ENV: &str = "KOORD_QUEUE_SOURCE_DIR";
+
 /// Environment variable that overrides the revision found by git.
 pub const REVISION_ENV: &str = "KOORD_QUEUE_GIT_REVISION";
 
@@ -149,6 +153,10 @@ pub fn emit() {
     let override_id = std::env::var(REVISION_ENV).ok();
     let revision = revision(&root, override_id.as_deref());
     println!("cargo:rerun-if-env-changed={REVISION_ENV}");
+    // Two checkouts sharing one target directory (CI's cache) build the
+    // same units, and the files watched below are the other checkout's:
+    // the Makefile names the checkout, so a build from another one reruns.
+    println!("cargo:rerun-if-env-changed={SOURCE_DIR_ENV}");
     println!("cargo:rerun-if-changed=build.rs");
     for path in &revision.watch {
         println!("cargo:rerun-if-changed={}", path.display());

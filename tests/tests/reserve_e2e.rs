@@ -1,0 +1,240 @@
+//! End-to-end for the reserving head (issue 19, docs/quota.md "A reserving
+//! head"): in a `Priority` queue a large unit that does not fit reserves at
+//! once from a priority on; a smaller job that would fit in the room it
+//! waits for is held back behind it; once capacity frees, the large one is
+//! released first. On batch Jobs, and with a Kubeflow PyTorchJob as the
+//! reserving head (no training operator runs here: its release is its
+//! unsuspend, read on the job and its unit).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_queue_api::QueueUnit;
+use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
+use koord_queue_tests::e2e::{self, kubectl_create_job, wait_phase};
+use koord_queue_tests::{ControlPlane, fixtures, job_crds, scheduler, shared, webhook};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+const LONG: Duration = Duration::from_secs(60);
+const HIGH: &str = "kq-reserve-high";
+
+async fn setup() -> &'static ControlPlane {
+    static SCHEDULER: OnceCell<scheduler::SchedulerReplica> = OnceCell::const_new();
+    let cp = shared::tier2().await.unwrap();
+    SCHEDULER
+        .get_or_init(|| async {
+            let client = cp.client().await.unwrap();
+            // The CRDs first, so that the scheduler follows PyTorchJobs from
+            // its start.
+            fixtures::apply_crds(&client, &job_crds::job_framework_crds())
+                .await
+                .unwrap();
+            let class: PriorityClass =
+                serde_json::from_value(json!({ "metadata": { "name": HIGH }, "value": 1000 }))
+                    .unwrap();
+            let _ = Api::<PriorityClass>::all(client)
+                .create(&PostParams::default(), &class)
+                .await;
+            webhook::start_and_register(cp).await.unwrap();
+            scheduler::start_leader(cp, scheduler::test_args("reserve-e2e-scheduler"))
+                .await
+                .unwrap()
+        })
+        .await;
+    cp
+}
+
+/// A leaf queue of `max_cpu` whose head reserves at once from priority 1000.
+async fn reserving_queue(cp: &ControlPlane, name: &str, max_cpu: &str) -> String {
+    e2e::queue_with(
+        cp,
+        name,
+        max_cpu,
+        json!({ "queuePolicy": "Priority", "reserveHead": { "abovePriority": 1000 } }),
+    )
+    .await
+    .unwrap()
+}
+
+/// The API of `kind` (a batch Job or a PyTorchJob) in `ns`.
+fn kind_api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let (group, version, plural) = match kind {
+        "Job" => ("batch", "v1", "jobs"),
+        "PyTorchJob" => ("kubeflow.org", "v1", "pytorchjobs"),
+        other => panic!("no kind {other}"),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+/// The job `kind/name` as JSON and its unit (named by its annotation).
+async fn job_and_unit(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> (serde_json::Value, Option<QueueUnit>) {
+    let job = serde_json::to_value(kind_api(client, ns, kind).get(name).await.unwrap()).unwrap();
+    let unit = match job["metadata"]["annotations"]["koord-queue/queue-unit"].as_str() {
+        Some(unit) => Api::<QueueUnit>::namespaced(client.clone(), ns)
+            .get_opt(unit)
+            .await
+            .unwrap(),
+        None => None,
+    };
+    (job, unit)
+}
+
+async fn message(client: &kube::Client, ns: &str, kind: &str, name: &str) -> String {
+    job_and_unit(client, ns, kind, name)
+        .await
+        .1
+        .and_then(|u| u.status?.message)
+        .unwrap_or_default()
+}
+
+/// Waits until `kind/name`'s unit message contains `text`.
+async fn wait_message(client: &kube::Client, ns: &str, kind: &str, name: &str, text: &str) {
+    let waited = fixtures::eventually(LONG, || async {
+        Ok(message(client, ns, kind, name).await.contains(text))
+    })
+    .await;
+    if let Err(e) = waited {
+        let last = message(client, ns, kind, name).await;
+        panic!("{name}'s message never said {text:?}: {e:#}; last: {last:?}");
+    }
+}
+
+/// When `kind/name`'s unit was released.
+async fn released_at(client: &kube::Client, ns: &str, kind: &str, name: &str) -> String {
+    let unit = job_and_unit(client, ns, kind, name).await.1;
+    let at = unit.and_then(|u| u.status?.last_allocate_time);
+    serde_json::to_value(at.expect("a released unit records when"))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_reserving_job_keeps_freed_capacity_and_is_released_first() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    let leaf = reserving_queue(cp, "resjob", "4").await;
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+
+    // 3 of 4 CPU run for a while.
+    kubectl_create_job(cp, &ns, &e2e::job_yaml("running", &leaf, "3", "20s"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "running", &[Running], LONG)
+        .await
+        .unwrap();
+    // The large job (2 CPU, priority 1000) does not fit and reserves at once.
+    kubectl_create_job(
+        cp,
+        &ns,
+        &e2e::job_yaml_with_priority("large", &leaf, "2", "1s", HIGH),
+    )
+    .await
+    .unwrap();
+    wait_message(&client, &ns, "Job", "large", "reserving").await;
+    // A 1-CPU job would fit (3 + 1 ≤ 4) but waits behind the reserving head.
+    kubectl_create_job(cp, &ns, &e2e::job_yaml("small", &leaf, "1", "1s"))
+        .await
+        .unwrap();
+    wait_message(&client, &ns, "Job", "small", "waiting behind").await;
+    assert!(e2e::job_suspended(&client, &ns, "small").await.unwrap());
+    assert_eq!(
+        e2e::phase_of(&client, &ns, "large").await.unwrap(),
+        Some(Enqueued)
+    );
+
+    // Once `running` ends, the large job goes first; the small one after it.
+    wait_phase(&client, &ns, "large", &[Running, Succeed], LONG)
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "small", &[Succeed], LONG)
+        .await
+        .unwrap();
+    let large = released_at(&client, &ns, "Job", "large").await;
+    let small = released_at(&client, &ns, "Job", "small").await;
+    // RFC 3339 in UTC: the text orders as the time.
+    assert!(
+        large <= small,
+        "the reserving head is released first: large at {large}, small at {small}"
+    );
+}
+
+/// The phase of PyTorchJob `name`'s unit, and whether the job is held.
+async fn pytorch_state(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> (Option<QueueUnitPhase>, bool) {
+    let (job, unit) = job_and_unit(client, ns, "PyTorchJob", name).await;
+    let held = job["spec"]["runPolicy"]["suspend"] == json!(true);
+    (unit.and_then(|u| u.status?.phase), held)
+}
+
+#[tokio::test]
+async fn a_reserving_pytorchjob_is_not_passed_by_a_smaller_job() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    let leaf = reserving_queue(cp, "respt", "4").await;
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    kubectl_create_job(cp, &ns, &e2e::job_yaml("running", &leaf, "3", "20s"))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "running", &[Running], LONG)
+        .await
+        .unwrap();
+
+    // A PyTorchJob of a 1-CPU master and a 1-CPU worker at priority 1000.
+    let replica = |replicas: i64| {
+        json!({ "replicas": replicas, "template": { "spec": {
+            "priorityClassName": HIGH,
+            "containers": [{ "name": "pytorch", "image": "pytorch",
+                "resources": { "requests": { "cpu": "1", "memory": "64Mi" } } }] } } })
+    };
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": { "name": "trainer", "labels": { koord_queue_api::keys::QUOTA_NAME_LABEL: leaf } },
+        "spec": { "pytorchReplicaSpecs": { "Master": replica(1), "Worker": replica(1) } },
+    }))
+    .unwrap();
+    kind_api(&client, &ns, "PyTorchJob")
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    wait_message(&client, &ns, "PyTorchJob", "trainer", "reserving").await;
+    kubectl_create_job(cp, &ns, &e2e::job_yaml("small", &leaf, "1", "1s"))
+        .await
+        .unwrap();
+    wait_message(&client, &ns, "Job", "small", "waiting behind").await;
+    assert_eq!(
+        pytorch_state(&client, &ns, "trainer").await,
+        (Some(Enqueued), true)
+    );
+
+    // `running` ends: the PyTorchJob is released (unsuspended) while the
+    // small job still waits (2 + 1 ≤ 4 lets it follow at once after).
+    fixtures::eventually(LONG, || async {
+        Ok(!pytorch_state(&client, &ns, "trainer").await.1)
+    })
+    .await
+    .expect("the PyTorchJob is released once capacity frees");
+    wait_phase(&client, &ns, "small", &[Running, Succeed], LONG)
+        .await
+        .unwrap();
+    let trainer_at = released_at(&client, &ns, "PyTorchJob", "trainer").await;
+    let small_at = released_at(&client, &ns, "Job", "small").await;
+    assert!(trainer_at <= small_at, "{trainer_at} then {small_at}");
+}
