@@ -255,7 +255,8 @@ impl Writer {
     /// conditional on the job as read (its `resourceVersion`): a job that
     /// completes between the read and the hold makes the API server refuse
     /// the hold (409), and the job is read again, so a finished job is never
-    /// suspended. A job already gone needs no hold.
+    /// suspended. A job already gone (or created again under its name) needs
+    /// no hold.
     async fn hold_unless_finished(&self, job: &JobRef) -> Result<(), kube::Error> {
         let hold = koord_queue_api::jobs::hold_write(job.adapter);
         let api = job.api::<kube::api::DynamicObject>(&self.client);
@@ -265,6 +266,10 @@ impl Writer {
             let Some(current) = api.get_opt(&job.name).await? else {
                 return Ok(());
             };
+            if !job.uid.is_empty() && current.metadata.uid.as_deref() != Some(job.uid.as_str()) {
+                // Deleted and created again under its name: not this job.
+                return Ok(());
+            }
             let value = serde_json::to_value(&current).unwrap_or(Value::Null);
             if matches!(
                 job.adapter.state(&value),
