@@ -457,7 +457,7 @@ impl Pass<'_> {
                 .drop_plan(id, &mut self.state.quotas, self.relaxed);
         }
         self.reclaim.retry.remove(&id);
-        let since = self.reclaim.now();
+        let since = self.reclaim.now_at(self.now_ms);
         let Some(u) = self.units.get_mut(id) else {
             return;
         };

@@ -91,6 +91,10 @@ pub struct UnitDef {
     pub quota: Option<String>,
     /// Labels of the unit, for mapping and sorting plugins.
     pub labels: BTreeMap<String, String>,
+    /// The longest the job runs once released (its `activeDeadlineSeconds`:
+    /// its controller ends it then), in ms; `None` when unbounded. A bound
+    /// lets it be backfilled behind a reserving head (`reserve.rs`).
+    pub max_run_ms: Option<i64>,
 }
 
 impl UnitDef {
@@ -105,7 +109,14 @@ impl UnitDef {
             request: Resources::new(),
             quota: None,
             labels: BTreeMap::new(),
+            max_run_ms: None,
         }
+    }
+
+    /// The same unit ending at most `max_run_ms` after its release.
+    pub fn running_at_most(mut self, max_run_ms: i64) -> Self {
+        self.max_run_ms = Some(max_run_ms);
+        self
     }
 
     /// The unit's key, `namespace/name`, by which the core knows it.

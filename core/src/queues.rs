@@ -125,6 +125,10 @@ pub(crate) struct Reservation {
     /// The resource it is short of.
     pub resource: super::ids::ResId,
     pub from_ms: i64,
+    /// The latest the head can start (`reserve.rs`, backfill), as computed
+    /// in cycle `.0`: `None` when the units holding what it needs do not
+    /// all have bounded runs that free enough.
+    pub start_by: Option<(u32, Option<i64>)>,
 }
 
 impl Reservation {

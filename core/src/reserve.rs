@@ -6,8 +6,10 @@
 //! that does not fit *reserves*: units behind it that ask for what it is
 //! short of are not released (the room freed is kept for it), units that do
 //! not compete for it still pass, and its message says it reserves and how
-//! much it still needs. Without runtime estimates nothing is backfilled into
-//! the room it waits for.
+//! much it still needs. A unit whose run is bounded (its job's
+//! `activeDeadlineSeconds`) is backfilled: it passes when it ends before the
+//! time by which the bounded runs holding what the head needs free enough
+//! (EASY backfilling); without bounds nothing is.
 
 use std::sync::Arc;
 
@@ -58,6 +60,7 @@ impl Pass<'_> {
             key: wk.clone(),
             resource,
             from_ms,
+            start_by: None,
         });
     }
 
@@ -79,7 +82,7 @@ impl Pass<'_> {
             .units
             .get(wk.id)
             .is_some_and(|u| u.request.get(r.resource) > 0);
-        if !competes {
+        if !competes || self.backfills(r, wk.id) {
             return false;
         }
         let reason = WaitReason::ReservedBehind {
@@ -88,6 +91,73 @@ impl Pass<'_> {
         };
         self.note_reason(wk.id, reason, 0);
         true
+    }
+
+    /// Whether unit `id`, which competes with the reserving head `r`, ends
+    /// before the head can start at the latest (EASY backfill): its run is
+    /// bounded and the bound ends no later than the time by which the
+    /// bounded runs holding what the head is short of have freed enough.
+    /// Whatever else frees up earlier only lets the head start sooner; a
+    /// unit so backfilled is gone by then, so it never delays the head.
+    fn backfills(&mut self, r: &mut Reservation, id: UnitId) -> bool {
+        let Some(run_ms) = self.units.get(id).and_then(|u| u.max_run_ms) else {
+            return false;
+        };
+        let start_by = match r.start_by {
+            Some((cycle, start_by)) if cycle == self.cycle_no => start_by,
+            _ => {
+                let start_by = self.head_start_by(r);
+                r.start_by = Some((self.cycle_no, start_by));
+                start_by
+            }
+        };
+        start_by.is_some_and(|start_by| self.now_ms.saturating_add(run_ms) <= start_by)
+    }
+
+    /// The latest time the reserving head `r` can start: the end of the
+    /// bounded runs, earliest first, of the units holding the resource it is
+    /// short of under the limit that stops it, once they free what it
+    /// misses (units whose runs are unbounded may end sooner, which only
+    /// lets the head start earlier). `None` when the bounded runs cannot
+    /// free enough, or the limit is not a quota's max or the capacity.
+    fn head_start_by(&self, r: &Reservation) -> Option<i64> {
+        let shortfall = self.units.get(r.key.id)?.reason()?.shortfall()?;
+        let missing = shortfall.missing();
+        if missing <= 0 {
+            return Some(self.now_ms);
+        }
+        let (scope, resource) = match shortfall.blocker {
+            Blocker::QuotaMax(quota, resource) => (Some(quota), resource),
+            Blocker::Capacity(resource) => (None, resource),
+            _ => return None,
+        };
+        let mut ends: Vec<(i64, i64)> = self
+            .units
+            .iter()
+            .filter_map(|u| {
+                let (amount, since) = u.holding()?;
+                let held = amount.get(resource);
+                if held <= 0 {
+                    return None;
+                }
+                if let Some(scope) = scope {
+                    let path = self.state.quotas.path(u.quota?).ok()?;
+                    if !path.contains(&scope) {
+                        return None;
+                    }
+                }
+                Some((since.ms.saturating_add(u.max_run_ms?), held))
+            })
+            .collect();
+        ends.sort_unstable();
+        let mut freed = 0i64;
+        for (end, held) in ends {
+            freed = freed.saturating_add(held);
+            if freed >= missing {
+                return Some(end.max(self.now_ms));
+            }
+        }
+        None
     }
 
     /// At the end of a pass over a queue: the reserving head's reason says

@@ -53,6 +53,8 @@ pub(crate) struct UnitEntry {
     pub priority: i32,
     /// Creation time (ms), for preemption's "newer" (see `reclaim/preempt.rs`).
     pub created_ms: i64,
+    /// The longest it runs once released (ms), if bounded (backfill).
+    pub max_run_ms: Option<i64>,
     pub order: SortKey,
     pub request: ResVec,
     pub state: UnitState,

@@ -51,6 +51,7 @@ impl Core {
                 queue,
                 priority: def.priority,
                 created_ms: def.created_ms,
+                max_run_ms: def.max_run_ms,
                 order,
                 request,
                 state: UnitState::Waiting {
@@ -73,6 +74,7 @@ impl Core {
             && e.quota == quota
             && e.namespace == namespace
             && e.priority == def.priority
+            && e.max_run_ms == def.max_run_ms
         {
             return Ok(());
         }
@@ -89,6 +91,7 @@ impl Core {
                 e.namespace = namespace;
                 e.priority = def.priority;
                 e.created_ms = def.created_ms;
+                e.max_run_ms = def.max_run_ms;
             }
             self.enqueue(id);
         } else {
@@ -108,6 +111,7 @@ impl Core {
                 e.namespace = namespace;
                 e.priority = def.priority;
                 e.created_ms = def.created_ms;
+                e.max_run_ms = def.max_run_ms;
             }
             if let Some(held) = held {
                 self.give_holding(id, held);

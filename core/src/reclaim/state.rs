@@ -300,6 +300,13 @@ impl ReclaimState {
         }
     }
 
+    /// The stamp of a release the cycle at `now_ms` decides: at that time
+    /// (never before a release already reported).
+    pub fn now_at(&mut self, now_ms: i64) -> Stamp {
+        self.latest_ms = self.latest_ms.max(now_ms);
+        self.now()
+    }
+
     /// The stamp of a release at `ms` (reported by the controller).
     pub fn at(&mut self, ms: i64) -> Stamp {
         self.latest_ms = self.latest_ms.max(ms);

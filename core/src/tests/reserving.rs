@@ -143,3 +143,90 @@ fn a_newer_unit_ahead_that_does_not_reserve_yet_leaves_the_reservation_in_place(
     );
     assert!(reason_text(&c, "ns/large").starts_with("reserving: "));
 }
+
+#[test]
+fn a_unit_that_ends_before_the_head_can_start_is_backfilled() {
+    let mut c = core(Reserve {
+        after_ms: None,
+        above_priority: Some(100),
+    });
+    // 8 of 10 cpu run for at most 60 s (released at t = 100 s): the head,
+    // needing 4, can start by t = 160 s.
+    c.upsert_unit(&unit("ns", "running", "q", 8).running_at_most(60_000))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(&unit("ns", "hero", "q", 4).with_priority(100).created_at(1))
+        .unwrap();
+    // Ends by t = 130 s: backfilled. Ends by t = 220 s, or unbounded: held back.
+    c.upsert_unit(
+        &unit("ns", "short", "q", 1)
+            .running_at_most(30_000)
+            .created_at(2),
+    )
+    .unwrap();
+    c.upsert_unit(
+        &unit("ns", "long", "q", 1)
+            .running_at_most(120_000)
+            .created_at(3),
+    )
+    .unwrap();
+    c.upsert_unit(&unit("ns", "unbounded", "q", 1).created_at(4))
+        .unwrap();
+    let out = c.run_cycle();
+    assert_eq!(
+        released(&out),
+        ["ns/short"],
+        "short: {}; hero: {}",
+        reason_text(&c, "ns/short"),
+        reason_text(&c, "ns/hero")
+    );
+    for held in ["ns/long", "ns/unbounded"] {
+        assert!(
+            reason_text(&c, held).starts_with("waiting behind ns/hero"),
+            "{held}: {}",
+            reason_text(&c, held)
+        );
+    }
+    // Later cycles compute the same start time: still only what ends by then.
+    c.set_now(120_000);
+    c.upsert_unit(
+        &unit("ns", "short-2", "q", 1)
+            .running_at_most(40_000)
+            .created_at(5),
+    )
+    .unwrap();
+    c.upsert_unit(
+        &unit("ns", "too-long", "q", 1)
+            .running_at_most(40_001)
+            .created_at(6),
+    )
+    .unwrap();
+    // At t = 120 s: short-2 ends by 160 s exactly, too-long 1 ms after.
+    assert_eq!(released(&c.run_cycle()), ["ns/short-2"]);
+    assert!(reason_text(&c, "ns/too-long").starts_with("waiting behind ns/hero"));
+    c.remove_unit("ns/short");
+    c.remove_unit("ns/short-2");
+    // The head goes first once its room frees.
+    c.remove_unit("ns/running");
+    assert_eq!(released(&c.run_cycle())[0], "ns/hero");
+}
+
+#[test]
+fn nothing_is_backfilled_while_what_the_head_needs_is_held_by_unbounded_runs() {
+    let mut c = core(Reserve {
+        after_ms: None,
+        above_priority: Some(100),
+    });
+    c.upsert_unit(&unit("ns", "running", "q", 8)).unwrap();
+    c.run_cycle();
+    c.upsert_unit(&unit("ns", "hero", "q", 4).with_priority(100).created_at(1))
+        .unwrap();
+    c.upsert_unit(
+        &unit("ns", "short", "q", 1)
+            .running_at_most(1_000)
+            .created_at(2),
+    )
+    .unwrap();
+    assert!(released(&c.run_cycle()).is_empty());
+    assert!(reason_text(&c, "ns/short").starts_with("waiting behind ns/hero"));
+}
