@@ -57,6 +57,11 @@ pub struct QueueUnitSpec {
     /// Homogeneous groups of pods of the job (one per replica type).
     #[serde(default, rename = "podSet", skip_serializing_if = "Vec::is_empty")]
     pub pod_set: Vec<PodSet>,
+    /// The longest the job runs once released, in seconds, when its kind
+    /// bounds it (a Job's `activeDeadlineSeconds`: its controller ends it
+    /// then). A bounded unit may be backfilled behind a reserving head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_seconds: Option<i64>,
 }
 
 impl QueueUnitSpec {

@@ -238,3 +238,74 @@ async fn a_reserving_pytorchjob_is_not_passed_by_a_smaller_job() {
     let small_at = released_at(&client, &ns, "Job", "small").await;
     assert!(trainer_at <= small_at, "{trainer_at} then {small_at}");
 }
+
+/// [`e2e::job_yaml`] whose Job ends at the latest after `deadline` seconds.
+fn bounded_job(name: &str, quota: &str, cpu: &str, run_for: &str, deadline: u32) -> String {
+    let yaml = e2e::job_yaml(name, quota, cpu, run_for);
+    let bounded = yaml.replacen(
+        "spec:\n  backoffLimit: 0\n",
+        &format!("spec:\n  backoffLimit: 0\n  activeDeadlineSeconds: {deadline}\n"),
+        1,
+    );
+    assert_ne!(bounded, yaml, "the job YAML has the expected shape");
+    bounded
+}
+
+/// EASY backfill: behind a reserving head, a job whose deadline ends before
+/// the head can start (the bounded running job's end) is released; one
+/// whose deadline ends later waits, and so does one without a deadline.
+#[tokio::test]
+async fn a_job_that_ends_before_the_head_can_start_is_backfilled() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    // 5 CPU: the two jobs held back would fit beside the backfilled one, so
+    // only the reservation keeps them back.
+    let leaf = reserving_queue(cp, "resfill", "5").await;
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    // 3 of 5 CPU, ending within 60 s of its release (it completes at 20 s).
+    kubectl_create_job(cp, &ns, &bounded_job("running", &leaf, "3", "20s", 60))
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "running", &[Running], LONG)
+        .await
+        .unwrap();
+    kubectl_create_job(
+        cp,
+        &ns,
+        &e2e::job_yaml_with_priority("large", &leaf, "3", "1s", HIGH),
+    )
+    .await
+    .unwrap();
+    wait_message(&client, &ns, "Job", "large", "reserving").await;
+    for yaml in [
+        bounded_job("long", &leaf, "1", "1s", 3600),
+        e2e::job_yaml("unbounded", &leaf, "1", "1s"),
+        bounded_job("short", &leaf, "1", "1s", 30),
+    ] {
+        kubectl_create_job(cp, &ns, &yaml).await.unwrap();
+    }
+    // The short one passes (it ends before `running` must have), the
+    // others wait behind the head.
+    wait_phase(&client, &ns, "short", &[Running, Succeed], LONG)
+        .await
+        .unwrap();
+    for waiting in ["long", "unbounded"] {
+        wait_message(&client, &ns, "Job", waiting, "waiting behind").await;
+        assert!(e2e::job_suspended(&client, &ns, waiting).await.unwrap());
+    }
+    assert!(e2e::job_suspended(&client, &ns, "large").await.unwrap());
+    let unit = job_and_unit(&client, &ns, "Job", "short").await.1.unwrap();
+    assert_eq!(unit.spec.max_run_seconds, Some(30));
+    // The head still goes before the two that waited.
+    wait_phase(&client, &ns, "large", &[Running, Succeed], LONG)
+        .await
+        .unwrap();
+    let large = released_at(&client, &ns, "Job", "large").await;
+    for later in ["long", "unbounded"] {
+        wait_phase(&client, &ns, later, &[Running, Succeed], LONG)
+            .await
+            .unwrap();
+        let at = released_at(&client, &ns, "Job", later).await;
+        assert!(large <= at, "large at {large}, {later} at {at}");
+    }
+}

@@ -8,6 +8,8 @@
 //!   shrinking is allowed (the unit keeps holding what it reserved).
 //! - What admission decided stays: the unit annotation, the queue annotation,
 //!   the quota label; and a child keeps its controller reference.
+//! - A queued job's run bound (`activeDeadlineSeconds`) is never raised or
+//!   removed: a unit backfilled behind a reserving head passed on it.
 //! - `/scale` may not add replicas to a queued job or a child.
 
 use koord_queue_api::jobs::{self, JobAdapter, JobState, guard};
@@ -52,6 +54,15 @@ pub(crate) fn decide_update(
         Err(e) => return Verdict::Deny(format!("{what} cannot be read: {e}")),
         Ok(Some(growth)) => return Verdict::Deny(size_fixed(&what, adapter, old, &growth)),
         Ok(None) => {}
+    }
+    if unit.is_some()
+        && let Some(was) = adapter.max_run_seconds(old)
+        && adapter.max_run_seconds(new).is_none_or(|now| now > was)
+    {
+        return Verdict::Deny(format!(
+            "{what}: its run bound (activeDeadlineSeconds {was}) cannot be raised or removed: \
+             the queue may have let it pass a reserving job on that bound. Lowering it is allowed"
+        ));
     }
     if finished(adapter.state(old)) && !finished(adapter.state(new)) {
         return Verdict::Deny(format!(

@@ -372,3 +372,36 @@ async fn reviews_beyond_the_bound_are_answered_429_at_once() {
     );
     slow.abort();
 }
+
+/// A Job's `activeDeadlineSeconds` becomes its unit's `maxRunSeconds` (the
+/// bound a reserving head's backfill relies on), and a queued job's bound
+/// may be lowered but never raised or removed.
+#[tokio::test]
+async fn a_jobs_run_bound_is_on_its_unit_and_cannot_be_raised() {
+    let api = Arc::new(MemoryApi::default());
+    let router = router(api.clone());
+    let mut job = job("bounded", Some("team-a"));
+    job["spec"]["activeDeadlineSeconds"] = json!(600);
+    let body = answer(&router, review("CREATE", job.clone(), None, "alice")).await;
+    let held = patched(&job, &body);
+    api.store(&held);
+    let unit_name = held["metadata"]["annotations"]["koord-queue/queue-unit"]
+        .as_str()
+        .unwrap();
+    let unit = api.created_unit("team-ns", unit_name).await;
+    assert_eq!(unit.spec.max_run_seconds, Some(600));
+
+    let with = |deadline: Value| {
+        let mut new = held.clone();
+        new["spec"]["activeDeadlineSeconds"] = deadline;
+        review("UPDATE", new, Some(held.clone()), "alice")
+    };
+    for raised in [json!(601), Value::Null] {
+        let body = answer(&router, with(raised.clone())).await;
+        assert_eq!(body["response"]["allowed"], false, "{raised}: {body}");
+        let message = body["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("run bound"), "{message}");
+    }
+    let body = answer(&router, with(json!(300))).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+}

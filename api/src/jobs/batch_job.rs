@@ -62,6 +62,11 @@ impl JobAdapter for BatchJobAdapter {
         }
     }
 
+    /// `spec.activeDeadlineSeconds`: the Job controller fails the job then.
+    fn max_run_seconds(&self, job: &Value) -> Option<i64> {
+        super::deadline_seconds(job, &["spec", "activeDeadlineSeconds"])
+    }
+
     fn priority_class_name(&self, job: &Value) -> Option<String> {
         get_path(job, &["spec", "template"]).and_then(super::json::template_priority_class)
     }
@@ -111,6 +116,18 @@ mod tests {
         let mut expected = job.clone();
         expected["spec"]["suspend"] = json!(true);
         assert_eq!(held, expected);
+    }
+
+    #[test]
+    fn its_deadline_bounds_its_run() {
+        let mut job = sample();
+        assert_eq!(BatchJobAdapter.max_run_seconds(&job), None);
+        job["spec"]["activeDeadlineSeconds"] = json!(600);
+        assert_eq!(BatchJobAdapter.max_run_seconds(&job), Some(600));
+        job["spec"]["activeDeadlineSeconds"] = json!(0);
+        assert_eq!(BatchJobAdapter.max_run_seconds(&job), None);
+        job["spec"]["activeDeadlineSeconds"] = json!("600");
+        assert_eq!(BatchJobAdapter.max_run_seconds(&job), None);
     }
 
     #[test]

@@ -168,6 +168,11 @@ impl JobAdapter for KubeflowJobAdapter {
 
     /// `spec.runPolicy.schedulingPolicy.priorityClass`, else the first replica
     /// template (by replica type) that names one.
+    /// `spec.runPolicy.activeDeadlineSeconds`: the operator ends the job then.
+    fn max_run_seconds(&self, job: &Value) -> Option<i64> {
+        super::deadline_seconds(job, &["spec", "runPolicy", "activeDeadlineSeconds"])
+    }
+
     fn priority_class_name(&self, job: &Value) -> Option<String> {
         non_empty(get_path(
             job,

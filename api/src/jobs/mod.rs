@@ -251,6 +251,13 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The longest `job` runs once released, in seconds, when its own
+    /// spec bounds it (its controller ends it then); `None`: unbounded. A
+    /// bounded unit may be backfilled behind a reserving head.
+    fn max_run_seconds(&self, _job: &Value) -> Option<i64> {
+        None
+    }
+
     /// Why `job` cannot be held, if it cannot (a Pod that names its node
     /// would never meet the scheduler that its gate stops).
     fn cannot_hold(&self, _job: &Value) -> Option<String> {
@@ -317,6 +324,13 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
         let _ = (owner, child, child_name);
         None
     }
+}
+
+/// A positive whole number of seconds at `path` of `job`, if there is one.
+pub fn deadline_seconds(job: &Value, path: &[&str]) -> Option<i64> {
+    json::get_path(job, path)
+        .and_then(Value::as_i64)
+        .filter(|s| *s > 0)
 }
 
 /// Total resources of a job: each pod set's per-pod resources times its count.

@@ -148,6 +148,11 @@ impl JobAdapter for PodAdapter {
         }
     }
 
+    /// `spec.activeDeadlineSeconds`: the kubelet fails the pod then.
+    fn max_run_seconds(&self, pod: &Value) -> Option<i64> {
+        super::deadline_seconds(pod, &["spec", "activeDeadlineSeconds"])
+    }
+
     fn priority_class_name(&self, pod: &Value) -> Option<String> {
         get_path(pod, &["spec", "priorityClassName"])
             .and_then(Value::as_str)

@@ -76,6 +76,7 @@ pub fn queue_unit(
             resource: total.clone(),
             request: total,
             pod_set,
+            max_run_seconds: adapter.max_run_seconds(job),
         },
     );
     unit.metadata.namespace = Some(namespace);

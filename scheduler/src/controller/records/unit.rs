@@ -19,6 +19,8 @@ pub struct UnitRecord {
     pub quota: Option<Name>,
     /// Priority.
     pub priority: i32,
+    /// `spec.maxRunSeconds` in ms: the longest its job runs once released.
+    pub max_run_ms: Option<i64>,
     /// Total resources.
     pub request: Resources,
     /// Labels (admission checks select units by them).
@@ -98,6 +100,10 @@ impl UnitRecord {
                 .filter(|q| !q.is_empty())
                 .map(|q| intern(q)),
             priority: spec.effective_priority(),
+            max_run_ms: spec
+                .max_run_seconds
+                .filter(|s| *s > 0)
+                .map(|s| s.saturating_mul(1000)),
             request,
             labels: Labels::from_map(labels),
             job_kind: intern(job_kind),

@@ -229,6 +229,7 @@ impl UnitState {
             request: r.request.clone(),
             quota: r.quota.as_deref().map(str::to_string),
             labels: r.labels.to_map(),
+            max_run_ms: r.max_run_ms,
         }
     }
 }
