@@ -225,15 +225,7 @@ async fn a_preempted_pod_is_deleted_and_its_quota_serves_the_preemptor() {
     .await
     .unwrap();
     let ns = fixtures::create_namespace(&admin, true).await.unwrap();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "labels": {
-                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
-        )
-        .await
-        .unwrap();
+    queue_pods_in(&admin, &ns).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let mut low = pod("low", &quota, "1500m", "300s");
     low.spec.as_mut().unwrap().priority_class_name = Some("kq-pod-low".into());
@@ -246,4 +238,70 @@ async fn a_preempted_pod_is_deleted_and_its_quota_serves_the_preemptor() {
         .await
         .expect("the preempted pod is deleted");
     wait_unit(&admin, &ns, "high", &[Running, Dequeued, Succeed]).await;
+}
+
+/// A waiting pod whose gate is lifted behind the queue's back (here by a
+/// client the webhook lets through, as while it is down): the scheduler
+/// cannot gate it again, so it deletes it and says so on an Event.
+#[tokio::test]
+async fn a_pod_released_outside_the_queue_is_deleted() {
+    use k8s_openapi::api::events::v1::Event;
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let quota = fixtures::unique_name("podout");
+    create_quota(&admin, &quota, None, false, "1", "1", None)
+        .await
+        .unwrap();
+    let ns = fixtures::create_namespace(&admin, true).await.unwrap();
+    queue_pods_in(&admin, &ns).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    pods.create(&PostParams::default(), &pod("holder", &quota, "1", "300s"))
+        .await
+        .unwrap();
+    wait_unit(&admin, &ns, "holder", &[Running, Dequeued]).await;
+    pods.create(&PostParams::default(), &pod("waiter", &quota, "1", "1s"))
+        .await
+        .unwrap();
+    wait_unit(&admin, &ns, "waiter", &[Enqueued]).await;
+    let bypass = webhook::scheduler_client(cp).await.unwrap();
+    let ungate = json!({ "spec": { "schedulingGates": [
+        { "$patch": "delete", "name": SCHEDULING_GATE }] } });
+    Api::<Pod>::namespaced(bypass, &ns)
+        .patch("waiter", &PatchParams::default(), &Patch::Strategic(ungate))
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || async {
+        Ok(pods.get_opt("waiter").await?.is_none())
+    })
+    .await
+    .expect("the pod released outside the queue is deleted");
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    fixtures::eventually(LONG, || async {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("HeldAgain")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("cannot be held again"))
+            }))
+    })
+    .await
+    .expect("an Event says why the pod was deleted");
+}
+
+/// Lets namespace `ns` queue pods (the label of the chart's pod webhooks).
+async fn queue_pods_in(admin: &kube::Client, ns: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": {
+                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
+        )
+        .await
+        .unwrap();
 }

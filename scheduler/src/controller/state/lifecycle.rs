@@ -136,10 +136,22 @@ impl Controller {
         if step.held_again
             && let Some(job) = view.job
         {
-            let note = format!(
-                "the job was released outside Koord-Queue; it is held again and waits in queue {}",
-                queue_of(view.rec)
-            );
+            let note = if koord_queue_api::jobs::hold_write(job.adapter)
+                == koord_queue_api::jobs::HoldWrite::Delete
+            {
+                // A pod's gate cannot be put back.
+                format!(
+                    "the {} was released outside Koord-Queue and cannot be held again: it is deleted \
+                     (create it again to queue it in queue {})",
+                    job.adapter.kind().kind,
+                    queue_of(view.rec)
+                )
+            } else {
+                format!(
+                    "the job was released outside Koord-Queue; it is held again and waits in queue {}",
+                    queue_of(view.rec)
+                )
+            };
             self.event(&job_ref(job), true, "HeldAgain", note);
         }
         if step.timed {
