@@ -147,10 +147,13 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
             "queue_units": unit_violations,
             "queue_units_recorded": r.unit_usage.as_ref().map_or(0, |u| u.violation_count),
             "running_jobs": job_violations,
+            "running_jobs_beyond_completed": r.running_beyond_completed.1,
         },
         "quota_violation_examples": {
             "queue_units": r.unit_violations.0.iter().take(10).collect::<Vec<_>>(),
             "running_jobs": r.running_usage.iter().flat_map(|u| u.violations.iter().take(10)).collect::<Vec<_>>(),
+            // With the jobs counted then: the first thing to read when one appears.
+            "running_jobs_beyond_completed": r.running_beyond_completed.0.iter().take(3).collect::<Vec<_>>(),
         },
         "cpu_usage_percent_of_min": round(usage_all, 1),
         "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
@@ -466,9 +469,10 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
             let v = &p["quota_violations_by_check"];
             let _ = writeln!(
                 out,
-                "  quota violations: {} (running-job check {}; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {} (of finished jobs: {})",
+                "  quota violations: {} (running-job check {}, {} of them beyond jobs whose completion was written; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {} (of finished jobs: {})",
                 p["quota_violations"],
                 v["running_jobs"],
+                v["running_jobs_beyond_completed"],
                 v["queue_units"],
                 v["queue_units_recorded"],
                 p["reclaims"]["units_entered_timeout_backoff"],

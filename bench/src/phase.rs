@@ -111,6 +111,10 @@ pub struct PhaseResult {
     pub unit_violations: (Vec<Violation>, usize),
     /// CPU of the jobs that actually ran.
     pub running_usage: Option<Usage>,
+    /// The running-job check's violations that exceed the max even without
+    /// the CPU of jobs whose completion was written and not yet seen back
+    /// (examples with the jobs counted, and the number).
+    pub running_beyond_completed: (Vec<runner::RunningViolation>, usize),
     /// Entries of units into each phase.
     pub phase_entries: BTreeMap<String, usize>,
     /// CPU time.
@@ -667,6 +671,7 @@ pub async fn run(
         unit_usage: checker.usage(),
         unit_violations: checker.violation_examples(),
         running_usage: runner.running_usage(),
+        running_beyond_completed: runner.violations_beyond_completed(),
         phase_entries: checker.entries(),
         cpu: proc_stats::usage(&cpu_before, &cpu_after, ticks),
         peak_rss_kib,

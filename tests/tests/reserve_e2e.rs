@@ -4,7 +4,8 @@
 //! waits for is held back behind it; once capacity frees, the large one is
 //! released first. On batch Jobs, and with a Kubeflow PyTorchJob as the
 //! reserving head (no training operator runs here: its release is its
-//! unsuspend, read on the job and its unit).
+//! unsuspend, read on the job and its unit). And priority preemption of a
+//! PyTorchJob by a batch Job in the same quota.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -198,20 +199,11 @@ async fn a_reserving_pytorchjob_is_not_passed_by_a_smaller_job() {
         .unwrap();
 
     // A PyTorchJob of a 1-CPU master and a 1-CPU worker at priority 1000.
-    let replica = |replicas: i64| {
-        json!({ "replicas": replicas, "template": { "spec": {
-            "priorityClassName": HIGH,
-            "containers": [{ "name": "pytorch", "image": "pytorch",
-                "resources": { "requests": { "cpu": "1", "memory": "64Mi" } } }] } } })
-    };
-    let job: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": { "name": "trainer", "labels": { koord_queue_api::keys::QUOTA_NAME_LABEL: leaf } },
-        "spec": { "pytorchReplicaSpecs": { "Master": replica(1), "Worker": replica(1) } },
-    }))
-    .unwrap();
     kind_api(&client, &ns, "PyTorchJob")
-        .create(&PostParams::default(), &job)
+        .create(
+            &PostParams::default(),
+            &pytorch_job("trainer", &leaf, 1, HIGH),
+        )
         .await
         .unwrap();
     wait_message(&client, &ns, "PyTorchJob", "trainer", "reserving").await;
@@ -308,4 +300,81 @@ async fn a_job_that_ends_before_the_head_can_start_is_backfilled() {
         let at = released_at(&client, &ns, "Job", later).await;
         assert!(large <= at, "large at {large}, {later} at {at}");
     }
+}
+
+/// A PyTorchJob of one 1-CPU master and `workers` 1-CPU workers of
+/// PriorityClass `class` in quota `quota`.
+fn pytorch_job(name: &str, quota: &str, workers: i64, class: &str) -> DynamicObject {
+    let replica = |replicas: i64| {
+        json!({ "replicas": replicas, "template": { "spec": {
+            "priorityClassName": class,
+            "containers": [{ "name": "pytorch", "image": "pytorch",
+                "resources": { "requests": { "cpu": "1", "memory": "64Mi" } } }] } } })
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": { "name": name, "labels": { koord_queue_api::keys::QUOTA_NAME_LABEL: quota } },
+        "spec": { "pytorchReplicaSpecs": { "Master": replica(1), "Worker": replica(workers) } },
+    }))
+    .unwrap()
+}
+
+/// Priority preemption on a Kubeflow kind: a high-priority Job that does
+/// not fit preempts a released lower-priority PyTorchJob of its quota,
+/// which is held again (`runPolicy.suspend` and the annotation) and sent
+/// back with the reason Preempted.
+#[tokio::test]
+async fn a_higher_priority_job_preempts_a_pytorchjob() {
+    let cp = setup().await;
+    let client = cp.client().await.unwrap();
+    let low = "kq-reserve-low";
+    let class: PriorityClass =
+        serde_json::from_value(json!({ "metadata": { "name": low }, "value": 10 })).unwrap();
+    let _ = Api::<PriorityClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await;
+    let leaf = e2e::queue_with(
+        cp,
+        "prept",
+        "4",
+        json!({ "preemption": { "withinQuota": "LowerPriority", "minRunSeconds": 0 } }),
+    )
+    .await
+    .unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    kind_api(&client, &ns, "PyTorchJob")
+        .create(
+            &PostParams::default(),
+            &pytorch_job("trainer", &leaf, 2, low),
+        )
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || async {
+        Ok(!pytorch_state(&client, &ns, "trainer").await.1)
+    })
+    .await
+    .expect("the PyTorchJob is released (3 of 4 CPU)");
+    kubectl_create_job(
+        cp,
+        &ns,
+        &e2e::job_yaml_with_priority("hero", &leaf, "2", "1s", HIGH),
+    )
+    .await
+    .unwrap();
+    wait_phase(&client, &ns, "hero", &[Running, Succeed], LONG)
+        .await
+        .unwrap();
+    let (job, unit) = job_and_unit(&client, &ns, "PyTorchJob", "trainer").await;
+    assert_eq!(job["spec"]["runPolicy"]["suspend"], json!(true), "{job}");
+    assert_eq!(
+        job["metadata"]["annotations"][koord_queue_api::keys::SUSPEND_ANNOTATION],
+        json!("true")
+    );
+    let status = unit.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(TimeoutBackoff), "{status:?}");
+    assert!(
+        status.conditions.iter().any(|c| c.reason == "Preempted"),
+        "{:?}",
+        status.conditions
+    );
 }
