@@ -13,6 +13,7 @@ pub mod floor;
 pub mod kueue;
 pub mod output;
 pub mod phase;
+pub mod phase_result;
 pub mod plot;
 pub mod quota;
 pub mod report;

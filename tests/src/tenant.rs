@@ -67,22 +67,7 @@ pub async fn tenant_namespace(
     Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
         .create(&PostParams::default(), &sa)
         .await?;
-    let role: Role = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": { "name": TENANT }, "rules": rules(),
-    }))?;
-    Api::<Role>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": { "name": TENANT },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT },
-        "subjects": [{ "kind": "ServiceAccount", "name": TENANT, "namespace": namespace }],
-    }))?;
-    Api::<RoleBinding>::namespaced(admin, namespace)
-        .create(&PostParams::default(), &binding)
-        .await?;
+    grant(&admin, namespace, TENANT, rules()).await?;
     let kubeconfig = crate::install::service_account_kubeconfig(
         cp,
         namespace,
@@ -93,25 +78,17 @@ pub async fn tenant_namespace(
     crate::kubeconfig::client_from_file(&kubeconfig).await
 }
 
-/// Opts the tenant's namespace in to queueing Pods (the namespace label the
-/// chart's pod webhooks select) and lets the tenant create, change and
-/// delete pods there, as a platform team does for notebooks and launchers.
-pub async fn queue_pods(cp: &ControlPlane, namespace: &str) -> Result<()> {
-    let admin = cp.client().await?;
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "labels": {
-                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
-        )
-        .await
-        .with_context(|| format!("letting namespace {namespace} queue pods"))?;
-    let name = format!("{TENANT}-pods");
+/// Gives the tenant of `namespace` the rules `rules` through a Role and
+/// RoleBinding named `name`.
+async fn grant(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    rules: serde_json::Value,
+) -> Result<()> {
     let role: Role = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": { "name": name },
-        "rules": [{ "apiGroups": [""], "resources": ["pods", "pods/resize"], "verbs": ["*"] }],
+        "metadata": { "name": name }, "rules": rules,
     }))?;
     Api::<Role>::namespaced(admin.clone(), namespace)
         .create(&PostParams::default(), &role)
@@ -122,8 +99,34 @@ pub async fn queue_pods(cp: &ControlPlane, namespace: &str) -> Result<()> {
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
         "subjects": [{ "kind": "ServiceAccount", "name": TENANT, "namespace": namespace }],
     }))?;
-    Api::<RoleBinding>::namespaced(admin, namespace)
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
         .create(&PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// Labels `namespace` so that it queues its Pods (the label the chart's pod
+/// webhooks select).
+pub async fn label_queue_pods(admin: &kube::Client, namespace: &str) -> Result<()> {
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": {
+                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
+        )
+        .await
+        .with_context(|| format!("letting namespace {namespace} queue pods"))?;
+    Ok(())
+}
+
+/// Opts the tenant's namespace in to queueing Pods and lets the tenant
+/// create, change and delete pods there, as a platform team does for
+/// notebooks and launchers.
+pub async fn queue_pods(cp: &ControlPlane, namespace: &str) -> Result<()> {
+    let admin = cp.client().await?;
+    label_queue_pods(&admin, namespace).await?;
+    let rules =
+        json!([{ "apiGroups": [""], "resources": ["pods", "pods/resize"], "verbs": ["*"] }]);
+    grant(&admin, namespace, &format!("{TENANT}-pods"), rules).await
 }

@@ -225,7 +225,7 @@ async fn a_preempted_pod_is_deleted_and_its_quota_serves_the_preemptor() {
     .await
     .unwrap();
     let ns = fixtures::create_namespace(&admin, true).await.unwrap();
-    queue_pods_in(&admin, &ns).await;
+    tenant::label_queue_pods(&admin, &ns).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let mut low = pod("low", &quota, "1500m", "300s");
     low.spec.as_mut().unwrap().priority_class_name = Some("kq-pod-low".into());
@@ -253,7 +253,7 @@ async fn a_pod_released_outside_the_queue_is_deleted() {
         .await
         .unwrap();
     let ns = fixtures::create_namespace(&admin, true).await.unwrap();
-    queue_pods_in(&admin, &ns).await;
+    tenant::label_queue_pods(&admin, &ns).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     pods.create(&PostParams::default(), &pod("holder", &quota, "1", "300s"))
         .await
@@ -291,17 +291,4 @@ async fn a_pod_released_outside_the_queue_is_deleted() {
     })
     .await
     .expect("an Event says why the pod was deleted");
-}
-
-/// Lets namespace `ns` queue pods (the label of the chart's pod webhooks).
-async fn queue_pods_in(admin: &kube::Client, ns: &str) {
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "labels": {
-                keys::QUEUE_PODS_NAMESPACE_LABEL: "true" } } })),
-        )
-        .await
-        .unwrap();
 }

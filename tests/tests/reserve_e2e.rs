@@ -124,6 +124,15 @@ async fn released_at(client: &kube::Client, ns: &str, kind: &str, name: &str) ->
         .to_string()
 }
 
+/// Creates the Job `running` of `yaml` and waits until it runs (it holds
+/// the room the reserving head then waits for).
+async fn start_running(cp: &ControlPlane, client: &kube::Client, ns: &str, yaml: &str) {
+    kubectl_create_job(cp, ns, yaml).await.unwrap();
+    wait_phase(client, ns, "running", &[Running], LONG)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_reserving_job_keeps_freed_capacity_and_is_released_first() {
     let cp = setup().await;
@@ -132,12 +141,13 @@ async fn a_reserving_job_keeps_freed_capacity_and_is_released_first() {
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
 
     // 3 of 4 CPU run for a while.
-    kubectl_create_job(cp, &ns, &e2e::job_yaml("running", &leaf, "3", "20s"))
-        .await
-        .unwrap();
-    wait_phase(&client, &ns, "running", &[Running], LONG)
-        .await
-        .unwrap();
+    start_running(
+        cp,
+        &client,
+        &ns,
+        &e2e::job_yaml("running", &leaf, "3", "20s"),
+    )
+    .await;
     // The large job (2 CPU, priority 1000) does not fit and reserves at once.
     kubectl_create_job(
         cp,
@@ -191,12 +201,13 @@ async fn a_reserving_pytorchjob_is_not_passed_by_a_smaller_job() {
     let client = cp.client().await.unwrap();
     let leaf = reserving_queue(cp, "respt", "4").await;
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
-    kubectl_create_job(cp, &ns, &e2e::job_yaml("running", &leaf, "3", "20s"))
-        .await
-        .unwrap();
-    wait_phase(&client, &ns, "running", &[Running], LONG)
-        .await
-        .unwrap();
+    start_running(
+        cp,
+        &client,
+        &ns,
+        &e2e::job_yaml("running", &leaf, "3", "20s"),
+    )
+    .await;
 
     // A PyTorchJob of a 1-CPU master and a 1-CPU worker at priority 1000.
     kind_api(&client, &ns, "PyTorchJob")
@@ -255,12 +266,13 @@ async fn a_job_that_ends_before_the_head_can_start_is_backfilled() {
     let leaf = reserving_queue(cp, "resfill", "5").await;
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
     // 3 of 5 CPU, ending within 60 s of its release (it completes at 20 s).
-    kubectl_create_job(cp, &ns, &bounded_job("running", &leaf, "3", "20s", 60))
-        .await
-        .unwrap();
-    wait_phase(&client, &ns, "running", &[Running], LONG)
-        .await
-        .unwrap();
+    start_running(
+        cp,
+        &client,
+        &ns,
+        &bounded_job("running", &leaf, "3", "20s", 60),
+    )
+    .await;
     kubectl_create_job(
         cp,
         &ns,

@@ -31,20 +31,6 @@ async fn answer(api: &Arc<MemoryApi>, review: Value) -> Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
-fn patched(object: &Value, response: &Value) -> Value {
-    use base64::Engine;
-    let Some(patch) = response["response"]["patch"].as_str() else {
-        return object.clone();
-    };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(patch)
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut object = object.clone();
-    json_patch::patch(&mut object, &patch).unwrap();
-    object
-}
-
 fn message(response: &Value) -> String {
     response["response"]["status"]["message"]
         .as_str()

@@ -42,20 +42,6 @@ fn router(api: Arc<MemoryApi>) -> axum::Router {
     koord_queue_webhook::router(webhook(standard_view(), api), 1024 * 1024, 64)
 }
 
-fn patched(object: &Value, response: &Value) -> Value {
-    use base64::Engine;
-    let patch = response["response"]["patch"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no patch in {response}"));
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(patch)
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut object = object.clone();
-    json_patch::patch(&mut object, &patch).unwrap();
-    object
-}
-
 #[tokio::test]
 async fn create_holds_the_job_and_creates_its_unit() {
     let api = Arc::new(MemoryApi::default());

@@ -272,3 +272,19 @@ pub fn job(name: &str, quota: Option<&str>) -> serde_json::Value {
                 "resources": { "requests": { "cpu": "500m", "memory": "1Gi" } } }] } } }
     })
 }
+
+/// `object` with the JSON Patch of an admission `response` applied
+/// (unchanged when the response carries no patch).
+pub fn patched(object: &serde_json::Value, response: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine;
+    let Some(patch) = response["response"]["patch"].as_str() else {
+        return object.clone();
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut object = object.clone();
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
