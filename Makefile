@@ -56,6 +56,7 @@ provision-kueue: provision ## Build Kueue v0.17.0 (manager, minimalkueue, perf r
 	@bench/provision/kueue.sh >/dev/null
 
 bench-kueue: provision-kueue ## The same job stream against Koord-Queue, then Kueue v0.17.0, in one run (SCALE=15k; writes $(BENCH_OUT)/kueue-$(SCALE).json/.svg)
+	$(CARGO) build --release -q -p koord-queue-webhook -p koord-queue-scheduler
 	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases kueue --scale $(SCALE) --out-dir $(BENCH_OUT) $(BENCH_ARGS)
 
 bench-kueue-perf: provision-kueue ## Kueue's own scheduler perf test (baseline, 15,000 workloads) on this machine (writes $(KOORD_QUEUE_CACHE)/kueue-perf-out)

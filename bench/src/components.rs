@@ -1,8 +1,15 @@
-//! The webhook and the scheduler in this process, each on its own tokio
-//! runtime whose threads carry its name (so their CPU time can be told
-//! apart in `/proc/self/task`), each with a request-counting client.
+//! The webhook and the scheduler the phases measure: in this process, each
+//! on its own tokio runtime whose threads carry its name (so their CPU time
+//! can be told apart in `/proc/self/task`), each with a request-counting
+//! client; or as processes of their own ([`Placement::Processes`], the
+//! Kueue comparison's), whose CPU time and peak RSS are theirs alone.
+
+mod processes;
+
+pub use processes::wait_leading;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +19,7 @@ use kube::api::Api;
 use tokio::runtime::Runtime;
 
 use super::api_stats::{self, ApiStats, Component};
+use super::member::Member;
 use super::shape::Shape;
 use koord_queue_tests::ControlPlane;
 use koord_queue_tests::kubeconfig::Credentials;
@@ -31,6 +39,25 @@ pub struct SchedulerOptions {
     pub root_cpu: Option<u32>,
 }
 
+/// The scheduler process's name in a phase's CPU and RSS figures.
+pub const SCHEDULER_PROCESS: &str = "koord-queue-scheduler";
+/// The webhook process's name in a phase's CPU and RSS figures.
+pub const WEBHOOK_PROCESS: &str = "koord-queue-webhook";
+
+/// Where the phases run the webhook and the scheduler.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// In the benchmark's process: CPU time by thread, API requests by
+    /// client; the peak RSS is only the whole process's.
+    #[default]
+    InProcess,
+    /// `koord-queue-webhook` and `koord-queue-scheduler` as processes of
+    /// their own, from this directory (`None`: next to the benchmark's
+    /// binary): CPU time and peak RSS per process, API requests counted by
+    /// the API server only.
+    Processes(Option<PathBuf>),
+}
+
 fn runtime(name: &str) -> Result<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -48,6 +75,8 @@ pub struct Components {
     scheduler_rt: Option<Runtime>,
     webhook: Option<koord_queue_webhook::Running>,
     scheduler: Option<koord_queue_scheduler::Running>,
+    /// The webhook and the scheduler when they run as processes.
+    members: Vec<Member>,
     /// The scheduler's admin endpoint (`/metrics`).
     pub scheduler_admin: SocketAddr,
     /// The webhook's admin endpoint (`/metrics`).
@@ -65,8 +94,37 @@ impl std::fmt::Debug for Components {
 
 impl Components {
     /// Starts the webhook (registered with the API server) and the scheduler
-    /// (as the identity the webhook trusts) and waits until the scheduler
-    /// leads, is ready and has created a Queue for every leaf quota.
+    /// (as the identity the webhook trusts) where `placement` says and waits
+    /// until the scheduler leads, is ready and has created a Queue for every
+    /// leaf quota.
+    pub async fn start_placed(
+        placement: &Placement,
+        cp: &ControlPlane,
+        shape: &Shape,
+        options: &SchedulerOptions,
+        stats: Arc<ApiStats>,
+    ) -> Result<Self> {
+        match placement {
+            Placement::InProcess => Self::start(cp, shape, options, stats).await,
+            Placement::Processes(dir) => processes::start(cp, shape, options, dir.as_deref()).await,
+        }
+    }
+
+    /// The component processes by name (`koord-queue-webhook`,
+    /// `koord-queue-scheduler`) and pid; none when they run in this process.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.members
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), m.pid()?)))
+            .collect()
+    }
+
+    /// An error if a component process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.members.iter_mut().try_for_each(Member::check_alive)
+    }
+
+    /// Starts both in this process ([`Placement::InProcess`]).
     pub async fn start(
         cp: &ControlPlane,
         shape: &Shape,
@@ -154,11 +212,16 @@ impl Components {
             scheduler_rt: Some(scheduler_rt),
             webhook: Some(webhook),
             scheduler: Some(scheduler),
+            members: Vec::new(),
         })
     }
 
-    /// Stops both gracefully (bounded), then their runtimes.
+    /// Stops both gracefully (bounded), then their runtimes; component
+    /// processes are killed (the phase has measured them by then).
     pub async fn stop(mut self) {
+        for m in &mut self.members {
+            m.kill();
+        }
         if let (Some(rt), Some(s)) = (&self.scheduler_rt, self.scheduler.take()) {
             let _ = tokio::time::timeout(Duration::from_secs(15), rt.spawn(s.shutdown())).await;
         }
@@ -185,6 +248,9 @@ impl Drop for Components {
         self.scheduler.take();
         self.webhook.take();
         self.shutdown_runtimes();
+        for m in &mut self.members {
+            m.kill();
+        }
     }
 }
 

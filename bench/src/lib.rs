@@ -11,6 +11,7 @@ pub mod components;
 pub mod fairness;
 pub mod floor;
 pub mod kueue;
+pub mod member;
 pub mod output;
 pub mod phase;
 pub mod phase_result;

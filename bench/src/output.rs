@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::api_stats::{self, Component};
+use super::components::{SCHEDULER_PROCESS, WEBHOOK_PROCESS};
 use super::phase::{PhaseKind, PhaseResult};
 use super::plot::{self, Line, Panel};
 use super::report::{self, Distribution};
@@ -162,8 +163,12 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "unit_phase_entries": r.phase_entries,
         "resources": {
             "process_cpu_seconds": round(r.cpu.process_seconds, 2),
-            "scheduler_cpu_seconds": round(group("scheduler"), 2),
-            "webhook_cpu_seconds": round(group("webhook"), 2),
+            // Its threads in this process, or its own process.
+            "scheduler_cpu_seconds": round(group("scheduler") + other(SCHEDULER_PROCESS), 2),
+            "webhook_cpu_seconds": round(group("webhook") + other(WEBHOOK_PROCESS), 2),
+            "components_as_processes": r.cpu.others.contains_key(SCHEDULER_PROCESS),
+            "scheduler_peak_rss_mib": r.server_rss_kib.get(SCHEDULER_PROCESS).map(|k| round(mib(*k), 1)),
+            "webhook_peak_rss_mib": r.server_rss_kib.get(WEBHOOK_PROCESS).map(|k| round(mib(*k), 1)),
             "runner_cpu_seconds": round(group("runner"), 2),
             "process_peak_rss_mib": r.peak_rss_kib.map(|k| round(mib(k), 1)),
             "kube_apiserver_cpu_seconds": round(other("kube-apiserver"), 2),

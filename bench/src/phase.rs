@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::api_stats::{self, ApiStats, Component, ServerRequests};
 use super::checker::Checker;
-use super::components::{self, Components, SchedulerOptions};
+use super::components::{self, Components, Placement, SchedulerOptions};
 use super::floor::{self, FloorClients, FloorWrites};
 use super::kueue::{self, Kueue, workloads::WorkloadChecker};
 pub use super::phase_result::PhaseResult;
@@ -87,6 +87,8 @@ pub struct PhaseConfig {
     pub timeout: Duration,
     /// Merged into the spec of every leaf's Queue (`--queue-spec`).
     pub queue_spec: Option<serde_json::Value>,
+    /// Where the webhook and the scheduler run.
+    pub components: Placement,
 }
 
 /// A metric of the scheduler's or the webhook's `/metrics`.
@@ -354,7 +356,14 @@ pub async fn run(
         _ => {
             eprintln!("[{name}] starting the webhook and the scheduler");
             System::Ours(Box::new(
-                Components::start(&cp, &shape, &scheduler_options, stats.clone()).await?,
+                Components::start_placed(
+                    &config.components,
+                    &cp,
+                    &shape,
+                    &scheduler_options,
+                    stats.clone(),
+                )
+                .await?,
             ))
         }
     };
@@ -390,8 +399,10 @@ pub async fn run(
         .zip(cp.pids())
         .map(|(n, p)| ((*n).to_string(), *p))
         .collect();
-    if let System::Kueue(k) = &system {
-        others.push(("kueue".to_string(), k.pid()));
+    match &system {
+        System::Kueue(k) => others.push(("kueue".to_string(), k.pid())),
+        System::Ours(c) => others.extend(c.pids()),
+        System::Null => {}
     }
     let load_before = proc_stats::load_average();
     eprintln!(
@@ -481,8 +492,10 @@ pub async fn run(
         }
         if last_progress.elapsed() >= Duration::from_secs(10) {
             last_progress = Instant::now();
-            if let System::Kueue(k) = &mut system {
-                k.check_alive()?;
+            match &mut system {
+                System::Kueue(k) => k.check_alive()?,
+                System::Ours(c) => c.check_alive()?,
+                System::Null => {}
             }
             let timelines = runner.timelines();
             let created = timelines.iter().filter(|j| j.created.is_some()).count();

@@ -42,7 +42,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use koord_queue_bench::api_stats::ApiStats;
 use koord_queue_bench::chaos::{self, ChaosConfig, faults::FaultKind, faults::FaultPlan};
-use koord_queue_bench::components::SchedulerOptions;
+use koord_queue_bench::components::{Placement, SchedulerOptions};
 use koord_queue_bench::fairness::{self, plan::FairnessConfig};
 use koord_queue_bench::output;
 use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
@@ -151,8 +151,16 @@ struct Cli {
     /// Chaos: how long the quota may take to read 0 once every job finished.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     settle: Duration,
-    /// Chaos: directory of koord-queue-scheduler and koord-queue-webhook
-    /// (default: this binary's).
+    /// Where the webhook and the scheduler run: `in-process` (CPU time by
+    /// thread, API requests by client) or `processes` (the release binaries,
+    /// CPU time and peak RSS per process). Default: `processes` for
+    /// `--phases kueue`, whose measures compare with Kueue's process, else
+    /// `in-process`.
+    #[arg(long, value_parser = ["in-process", "processes"])]
+    components: Option<String>,
+    /// Chaos and `--components processes`: directory of
+    /// koord-queue-scheduler and koord-queue-webhook (default: this
+    /// binary's).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Chaos: where every process's log is copied (default
@@ -273,6 +281,7 @@ async fn run(cli: Cli) -> Result<bool> {
             floor_writes: floor_writes_by_round.last().cloned(),
             timeout: cli.timeout,
             queue_spec: cli.queue_spec.clone(),
+            components: placement(&cli, false),
         };
         let result = phase::run(shape.clone(), &config, stats.clone()).await?;
         if kind == PhaseKind::Saturated {
@@ -339,6 +348,17 @@ async fn run(cli: Cli) -> Result<bool> {
     Ok(true)
 }
 
+/// Where the webhook and the scheduler run (`--components`; `kueue`: the
+/// default of `--phases kueue`).
+fn placement(cli: &Cli, kueue: bool) -> Placement {
+    match cli.components.as_deref() {
+        Some("processes") => Placement::Processes(cli.bin_dir.clone()),
+        Some(_) => Placement::InProcess,
+        None if kueue => Placement::Processes(cli.bin_dir.clone()),
+        None => Placement::InProcess,
+    }
+}
+
 /// `--phases kueue`: docs/performance.md, "Against Kueue".
 async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     // Fail before the first phase when Kueue is not provisioned.
@@ -378,6 +398,7 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
             floor_writes: None,
             timeout: cli.timeout,
             queue_spec: cli.queue_spec.clone(),
+            components: placement(cli, true),
         };
         results.push(phase::run(shape.clone(), &config, stats.clone()).await?);
     }
@@ -393,7 +414,10 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     json["jobs"] = json!(shape.jobs.len());
     json["settings"] = json!({
         "koord_queue": {
-            "webhook_and_scheduler": "in the benchmark's process, each on its own 2-thread runtime",
+            "webhook_and_scheduler": match placement(cli, true) {
+                Placement::InProcess => "in the benchmark's process, each on its own 2-thread runtime",
+                Placement::Processes(_) => "processes of their own (release binaries; the scheduler with --enabled-kinds batchjob), one replica each",
+            },
             "write_concurrency": cli.write_concurrency,
             "status_interval": format!("{:?}", cli.status_interval),
             "job_events": cli.job_events,

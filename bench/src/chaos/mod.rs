@@ -20,7 +20,6 @@ use checks::*;
 use processes::*;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +41,7 @@ use self::monitor::Monitor;
 use super::api_stats::{self, ApiStats, Component};
 use super::checker::Checker;
 use super::components::{self, SchedulerOptions};
+use super::member;
 use super::phase::{self, PhaseKind};
 use super::report;
 use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
@@ -49,9 +49,6 @@ use super::shape::{CLASSES, Shape};
 
 /// The schedulers' Lease (and the release name of the fencing policy).
 pub const LEASE: &str = "bench-scheduler";
-
-/// Log filter of the component processes.
-const LOG_LEVEL: &str = "info,kube=warn";
 
 /// Settings of the chaos run.
 #[derive(Clone, Debug)]

@@ -4,22 +4,6 @@
 
 use super::*;
 
-pub(super) fn arg(name: &str, value: impl std::fmt::Display) -> [String; 2] {
-    [format!("--{name}"), value.to_string()]
-}
-
-pub(super) fn millis(d: Duration) -> String {
-    format!("{}ms", d.as_millis())
-}
-
-pub(super) fn env(kubeconfig: &Path) -> Vec<(String, OsString)> {
-    vec![
-        ("KUBECONFIG".into(), kubeconfig.as_os_str().to_owned()),
-        // The component's own filter, whatever this process was given.
-        ("RUST_LOG".into(), LOG_LEVEL.into()),
-    ]
-}
-
 /// Starts both webhooks (flags as the in-process one of the other phases:
 /// the scheduler's user, cross-namespace quotas, the serving certificate
 /// from one directory; admin credentials), the balancer in front of them,
@@ -34,27 +18,17 @@ pub(super) async fn start_webhooks(
     let mut members = Vec::new();
     let mut backends = Vec::new();
     for i in 0..2 {
-        let (listen, admin_addr) = (free_addr()?, free_addr()?);
-        let args = [
-            arg("listen-addr", listen),
-            arg("admin-addr", admin_addr),
-            arg("tls-dir", tls_dir.display()),
-            arg("cert-reload-interval", "10s"),
-            arg("scheduler-user", SCHEDULER_USER),
-            arg("log-level", LOG_LEVEL),
-        ]
-        .concat()
-        .into_iter()
-        .chain(["--allow-cross-namespace-quota".to_string()])
-        .collect();
-        members.push(Member::new(
+        let listen = free_addr()?;
+        let member = member::webhook(
             &format!("webhook-{i}"),
-            program.to_path_buf(),
-            args,
-            env(cp.kubeconfig()),
+            program,
+            cp.kubeconfig(),
             cp.dir(),
-            admin_addr,
-        ));
+            listen,
+            &tls_dir,
+        )?;
+        let admin_addr = member.admin;
+        members.push(member);
         backends.push(Backend {
             addr: listen,
             readyz: Some(admin_addr),
@@ -105,56 +79,24 @@ pub(super) async fn start_schedulers(
             SCHEDULER_USER,
             &credentials,
         )?;
-        let admin_addr = free_addr()?;
-        let args = [
-            arg("config", config_path.display()),
-            arg("admin-addr", admin_addr),
-            arg("enabled-kinds", "batchjob"),
-            arg("namespace", keys::SYSTEM_NAMESPACE),
-            arg("lease-name", LEASE),
-            arg(
-                "identity",
-                format!("bench-scheduler-{i}-{}", fleet::INCARNATION),
-            ),
-            arg("write-concurrency", options.write_concurrency),
-            arg("status-interval", millis(options.status_interval)),
-            arg("job-events", options.job_events),
-            arg("cycle-batch", millis(options.cycle_batch)),
-            arg("log-level", LOG_LEVEL),
-        ]
-        .concat();
-        members.push(Member::new(
+        members.push(member::scheduler(
             &format!("scheduler-{i}"),
-            program.to_path_buf(),
-            args,
-            env(&kubeconfig),
+            program,
+            &kubeconfig,
             cp.dir(),
-            admin_addr,
-        ));
+            &config_path,
+            options,
+            (
+                LEASE,
+                &format!("bench-scheduler-{i}-{}", fleet::INCARNATION),
+            ),
+        )?);
         proxies.push(proxy);
     }
     for m in &mut members {
         m.start()?;
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    'lead: loop {
-        for m in &mut members {
-            m.check_alive()?;
-            if let Ok(text) = components::scrape_admin(m.admin).await
-                && components::metric_sum(&text, monitor::LEADER) >= 1.0
-                && matches!(
-                    koord_queue_tests::admin::get(m.admin, "/readyz").await,
-                    Ok((200, _))
-                )
-            {
-                break 'lead;
-            }
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("no scheduler led and was ready within 90 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    components::wait_leading(&mut members, Duration::from_secs(90)).await?;
     components::wait_for_queues(admin, shape, Duration::from_secs(120)).await?;
     Ok((members, proxies))
 }

@@ -25,9 +25,10 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// The measures compared, from one phase's JSON (`output::phase_json`).
 /// `queue_cpu_seconds` and `queue_peak_rss_mib` are the queue system's:
-/// for Koord-Queue its webhook's and scheduler's threads (they run in the
-/// benchmark's process, so its RSS is the whole process's, an upper
-/// bound), for Kueue its manager process.
+/// for Koord-Queue its webhook's and scheduler's processes (the sum of
+/// their peaks, at most more than their peak together) or, when they ran
+/// in the benchmark's process, their threads' CPU and the whole process's
+/// RSS (an upper bound); for Kueue its manager process.
 pub fn measures(phase: &Value, kind: PhaseKind) -> Value {
     let res = &phase["resources"];
     let jobs = phase["jobs"].as_f64().unwrap_or(0.0).max(1.0);
@@ -39,14 +40,25 @@ pub fn measures(phase: &Value, kind: PhaseKind) -> Value {
             "the Kueue manager process",
         )
     } else {
-        (
-            Some(
-                f(&res["scheduler_cpu_seconds"]).unwrap_or(0.0)
-                    + f(&res["webhook_cpu_seconds"]).unwrap_or(0.0),
+        let cpu = Some(
+            f(&res["scheduler_cpu_seconds"]).unwrap_or(0.0)
+                + f(&res["webhook_cpu_seconds"]).unwrap_or(0.0),
+        );
+        match (
+            f(&res["scheduler_peak_rss_mib"]),
+            f(&res["webhook_peak_rss_mib"]),
+        ) {
+            (Some(scheduler), Some(webhook)) => (
+                cpu,
+                Some(round(scheduler + webhook, 1)),
+                "the webhook and the scheduler processes (sum of their peaks)",
             ),
-            f(&res["process_peak_rss_mib"]),
-            "the whole benchmark process (webhook + scheduler + job runtime + checkers): an upper bound",
-        )
+            _ => (
+                cpu,
+                f(&res["process_peak_rss_mib"]),
+                "the whole benchmark process (webhook + scheduler + job runtime + checkers): an upper bound",
+            ),
+        }
     };
     let apiserver_cpu = f(&res["kube_apiserver_cpu_seconds"]);
     let classes: serde_json::Map<String, Value> = CLASSES
@@ -352,5 +364,23 @@ mod tests {
             r["targets"]["every_class_mean_time_to_release_at_most_1"],
             true
         );
+    }
+
+    #[test]
+    fn component_processes_count_their_own_peaks_not_the_benchmarks() {
+        let mut run = phase(50.0, 1.0, 300.0);
+        run["resources"]["scheduler_peak_rss_mib"] = json!(40.0);
+        run["resources"]["webhook_peak_rss_mib"] = json!(20.5);
+        let ours = measures(&run, PhaseKind::Run);
+        assert_eq!(ours["queue_system_peak_rss_mib"], 60.5);
+        assert!(
+            ours["queue_system_peak_rss_of"]
+                .as_str()
+                .is_some_and(|s| s.contains("processes")),
+            "{ours}"
+        );
+        // In-process: the whole benchmark process's peak.
+        let in_process = measures(&phase(50.0, 1.0, 300.0), PhaseKind::Run);
+        assert_eq!(in_process["queue_system_peak_rss_mib"], 300.0);
     }
 }
