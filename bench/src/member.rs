@@ -165,6 +165,26 @@ pub fn binary(dir: Option<&Path>, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Copies every `*.log` of the control plane's directory into `to`
+/// (replacing the logs of an earlier run there).
+pub fn copy_logs(from: &Path, to: &Path) -> Result<usize> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(to)?.flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let mut n = 0;
+    for entry in std::fs::read_dir(from)?.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::copy(&path, to.join(entry.file_name()))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Log filter of the component processes.
 pub const LOG_LEVEL: &str = "info,kube=warn";
 

@@ -89,6 +89,9 @@ pub struct PhaseConfig {
     pub queue_spec: Option<serde_json::Value>,
     /// Where the webhook and the scheduler run.
     pub components: Placement,
+    /// Where the component processes' logs are copied at the end
+    /// (`--logs-dir`; `None`: not kept).
+    pub logs_dir: Option<std::path::PathBuf>,
 }
 
 /// A metric of the scheduler's or the webhook's `/metrics`.
@@ -629,6 +632,16 @@ pub async fn run(
     };
     runner.stop();
     checker.stop();
+    if let (System::Ours(_), Some(dir)) = (&system, &config.logs_dir) {
+        let dir = dir.join(name.replace(' ', "-"));
+        match crate::member::copy_logs(cp.dir(), &dir) {
+            Ok(n) => eprintln!("[{name}] {n} log files copied to {}", dir.display()),
+            Err(e) => eprintln!(
+                "[{name}] copying the logs to {} failed: {e:#}",
+                dir.display()
+            ),
+        }
+    }
     match system {
         System::Ours(c) => c.stop().await,
         System::Kueue(k) => k.stop(),

@@ -163,8 +163,9 @@ struct Cli {
     /// binary's).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
-    /// Chaos: where every process's log is copied (default
-    /// `target/bench-chaos/logs-<scale>`).
+    /// Where every process's log is copied: chaos (default
+    /// `target/bench-chaos/logs-<scale>`), and each phase that runs our
+    /// components (a directory per phase; default: not kept).
     #[arg(long)]
     logs_dir: Option<PathBuf>,
     /// Fairness: `off` (the baseline), `on` or `both` (off, then on; each
@@ -282,6 +283,7 @@ async fn run(cli: Cli) -> Result<bool> {
             timeout: cli.timeout,
             queue_spec: cli.queue_spec.clone(),
             components: placement(&cli, false),
+            logs_dir: cli.logs_dir.clone(),
         };
         let result = phase::run(shape.clone(), &config, stats.clone()).await?;
         if kind == PhaseKind::Saturated {
@@ -399,6 +401,7 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
             timeout: cli.timeout,
             queue_spec: cli.queue_spec.clone(),
             components: placement(cli, true),
+            logs_dir: cli.logs_dir.clone(),
         };
         results.push(phase::run(shape.clone(), &config, stats.clone()).await?);
     }

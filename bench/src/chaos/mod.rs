@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::{QueueUnit, Resources, keys};
 use koord_queue_tests::kubeconfig::Credentials;
@@ -68,26 +68,6 @@ pub struct ChaosConfig {
     pub bin_dir: Option<PathBuf>,
     /// Where every process's logs are copied at the end.
     pub logs_dir: PathBuf,
-}
-
-/// Copies every `*.log` of the control plane's directory into `to`
-/// (replacing the logs of an earlier run there).
-fn copy_logs(from: &Path, to: &Path) -> Result<usize> {
-    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-    for entry in std::fs::read_dir(to)?.flatten() {
-        if entry.path().extension().is_some_and(|e| e == "log") {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-    let mut n = 0;
-    for entry in std::fs::read_dir(from)?.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "log") {
-            std::fs::copy(&path, to.join(entry.file_name()))?;
-            n += 1;
-        }
-    }
-    Ok(n)
 }
 
 fn round(v: f64, digits: i32) -> f64 {
@@ -503,7 +483,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
 
     // Logs, then everything down.
     fleet.lock().await.kill_all();
-    match copy_logs(cp.dir(), &config.logs_dir) {
+    match member::copy_logs(cp.dir(), &config.logs_dir) {
         Ok(count) => eprintln!(
             "[chaos] {count} process logs copied to {}",
             config.logs_dir.display()
