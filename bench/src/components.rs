@@ -58,6 +58,64 @@ pub enum Placement {
     Processes(Option<PathBuf>),
 }
 
+impl Placement {
+    /// The placement `--components` names (`in-process`, `processes`,
+    /// `None`: processes when `processes_by_default`), the binaries from
+    /// `bin_dir`.
+    pub fn from_flag(
+        flag: Option<&str>,
+        bin_dir: Option<PathBuf>,
+        processes_by_default: bool,
+    ) -> Self {
+        match flag {
+            Some("processes") => Self::Processes(bin_dir),
+            Some(_) => Self::InProcess,
+            None if processes_by_default => Self::Processes(bin_dir),
+            None => Self::InProcess,
+        }
+    }
+
+    /// How the components ran, for a result's settings.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::InProcess => "in the benchmark's process, each on its own 2-thread runtime",
+            Self::Processes(_) => {
+                "processes of their own (release binaries; the scheduler with --enabled-kinds batchjob), one replica each"
+            }
+        }
+    }
+}
+
+/// Registers the webhook serving at `url` with the API server, with the
+/// control plane's CA, and waits until a probe job goes through it.
+async fn register_webhook(cp: &ControlPlane, admin: &kube::Client, url: &str) -> Result<()> {
+    let config = koord_queue_tests::webhook::configuration(url, cp.pki().ca.cert_pem())?;
+    let probe_ns = koord_queue_tests::fixtures::create_namespace(admin, true).await?;
+    koord_queue_tests::fixtures::register_mutating_webhook(admin, &config, || {
+        koord_queue_tests::webhook::probe(admin, &probe_ns)
+    })
+    .await
+}
+
+/// The scheduler's kubeconfig (the identity the webhook trusts, by
+/// certificate) and its plugin configuration file, in the control plane's
+/// directory.
+fn scheduler_files(cp: &ControlPlane, options: &SchedulerOptions) -> Result<(PathBuf, PathBuf)> {
+    let user = koord_queue_tests::webhook::SCHEDULER_USER;
+    let cert = cp.pki().client_cert(user, &["system:masters"])?;
+    let kubeconfig = cp.write_kubeconfig(
+        "bench-scheduler",
+        user,
+        &Credentials::Certificate {
+            cert_pem: cert.cert_pem,
+            key_pem: cert.key_pem,
+        },
+    )?;
+    let config_path = cp.dir().join("bench-scheduler-config.yaml");
+    std::fs::write(&config_path, scheduler_config(options.root_cpu))?;
+    Ok((kubeconfig, config_path))
+}
+
 fn runtime(name: &str) -> Result<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -153,30 +211,16 @@ impl Components {
             webhook.readiness.check().is_ok()
         })
         .await?;
-        let url = format!("https://{}/mutate", webhook.listen_addr);
-        let config = koord_queue_tests::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
-        let probe_ns = koord_queue_tests::fixtures::create_namespace(&admin, true).await?;
-        koord_queue_tests::fixtures::register_mutating_webhook(&admin, &config, || {
-            koord_queue_tests::webhook::probe(&admin, &probe_ns)
-        })
+        register_webhook(
+            cp,
+            &admin,
+            &format!("https://{}/mutate", webhook.listen_addr),
+        )
         .await?;
 
         // Scheduler.
         let scheduler_rt = runtime("kq-scheduler")?;
-        let cert = cp.pki().client_cert(
-            koord_queue_tests::webhook::SCHEDULER_USER,
-            &["system:masters"],
-        )?;
-        let kubeconfig = cp.write_kubeconfig(
-            "bench-scheduler",
-            koord_queue_tests::webhook::SCHEDULER_USER,
-            &Credentials::Certificate {
-                cert_pem: cert.cert_pem,
-                key_pem: cert.key_pem,
-            },
-        )?;
-        let config_path = cp.dir().join("bench-scheduler-config.yaml");
-        std::fs::write(&config_path, scheduler_config(options.root_cpu))?;
+        let (kubeconfig, config_path) = scheduler_files(cp, options)?;
         let mut args = {
             use clap::Parser;
             koord_queue_scheduler::Args::parse_from(["koord-queue-scheduler"])

@@ -350,15 +350,9 @@ async fn run(cli: Cli) -> Result<bool> {
     Ok(true)
 }
 
-/// Where the webhook and the scheduler run (`--components`; `kueue`: the
-/// default of `--phases kueue`).
+/// Where the webhook and the scheduler run (`--components`).
 fn placement(cli: &Cli, kueue: bool) -> Placement {
-    match cli.components.as_deref() {
-        Some("processes") => Placement::Processes(cli.bin_dir.clone()),
-        Some(_) => Placement::InProcess,
-        None if kueue => Placement::Processes(cli.bin_dir.clone()),
-        None => Placement::InProcess,
-    }
+    Placement::from_flag(cli.components.as_deref(), cli.bin_dir.clone(), kueue)
 }
 
 /// `--phases kueue`: docs/performance.md, "Against Kueue".
@@ -417,26 +411,14 @@ async fn run_kueue(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     json["jobs"] = json!(shape.jobs.len());
     json["settings"] = json!({
         "koord_queue": {
-            "webhook_and_scheduler": match placement(cli, true) {
-                Placement::InProcess => "in the benchmark's process, each on its own 2-thread runtime",
-                Placement::Processes(_) => "processes of their own (release binaries; the scheduler with --enabled-kinds batchjob), one replica each",
-            },
+            "webhook_and_scheduler": placement(cli, true).describe(),
             "write_concurrency": cli.write_concurrency,
             "status_interval": format!("{:?}", cli.status_interval),
             "job_events": cli.job_events,
             "cycle_batch": format!("{:?}", cli.cycle_batch),
             "queue_spec": cli.queue_spec,
         },
-        "kueue": {
-            "version": koord_queue_bench::kueue::KUEUE_VERSION,
-            "process": "cmd/kueue built with go install (CGO off, -trimpath -s -w), admin credentials, --zap-log-level=2, VisibilityOnDemand off, leader election off",
-            "client_qps": koord_queue_bench::kueue::CLIENT_QPS,
-            "client_burst": koord_queue_bench::kueue::CLIENT_BURST,
-            "integrations": ["batch/job"],
-            "webhooks": "its own (Job, Workload, ClusterQueue, Cohort, ResourceFlavor, LocalQueue, WorkloadPriorityClass), by URL, the runner's certificates",
-            "cluster_queues": "one per leaf quota: nominal 20 CPU, borrowingLimit 100, cohort per parent, BestEffortFIFO, preemption reclaimWithinCohort Any, withinClusterQueue LowerPriority",
-            "priorities": "WorkloadPriorityClasses small 50, medium 100, large 200",
-        },
+        "kueue": koord_queue_bench::kueue::settings_json(),
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
         "machine": {

@@ -7,12 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use koord_queue_tests::ControlPlane;
-use koord_queue_tests::kubeconfig::Credentials;
-use koord_queue_tests::webhook::SCHEDULER_USER;
 
 use super::{
-    Components, SCHEDULER_PROCESS, SchedulerOptions, WEBHOOK_PROCESS, metric_sum, scheduler_config,
-    scrape_admin, wait_for_queues,
+    Components, SCHEDULER_PROCESS, SchedulerOptions, WEBHOOK_PROCESS, metric_sum, scrape_admin,
+    wait_for_queues,
 };
 use crate::chaos::monitor::LEADER;
 use crate::member::{self, Member, free_addr, wait_admin};
@@ -44,25 +42,9 @@ pub(super) async fn start(
     )?;
     webhook.start()?;
     wait_admin(&mut webhook, "/readyz", Duration::from_secs(60)).await?;
-    let url = format!("https://{listen}/mutate");
-    let config = koord_queue_tests::webhook::configuration(&url, cp.pki().ca.cert_pem())?;
-    let probe_ns = koord_queue_tests::fixtures::create_namespace(&admin, true).await?;
-    koord_queue_tests::fixtures::register_mutating_webhook(&admin, &config, || {
-        koord_queue_tests::webhook::probe(&admin, &probe_ns)
-    })
-    .await?;
+    super::register_webhook(cp, &admin, &format!("https://{listen}/mutate")).await?;
 
-    let cert = cp.pki().client_cert(SCHEDULER_USER, &["system:masters"])?;
-    let kubeconfig = cp.write_kubeconfig(
-        "bench-scheduler",
-        SCHEDULER_USER,
-        &Credentials::Certificate {
-            cert_pem: cert.cert_pem,
-            key_pem: cert.key_pem,
-        },
-    )?;
-    let config_path = cp.dir().join("bench-scheduler-config.yaml");
-    std::fs::write(&config_path, scheduler_config(options.root_cpu))?;
+    let (kubeconfig, config_path) = super::scheduler_files(cp, options)?;
     let mut scheduler = member::scheduler(
         SCHEDULER_PROCESS,
         &scheduler_bin,

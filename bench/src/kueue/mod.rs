@@ -54,6 +54,20 @@ pub const CLIENT_QPS: u32 = 50;
 /// See [`CLIENT_QPS`].
 pub const CLIENT_BURST: u32 = 100;
 
+/// How Kueue runs in the comparison, for its JSON's `settings.kueue`.
+pub fn settings_json() -> serde_json::Value {
+    serde_json::json!({
+        "version": KUEUE_VERSION,
+        "process": "cmd/kueue built with go install (CGO off, -trimpath -s -w), admin credentials, --zap-log-level=2, VisibilityOnDemand off, leader election off",
+        "client_qps": CLIENT_QPS,
+        "client_burst": CLIENT_BURST,
+        "integrations": ["batch/job"],
+        "webhooks": "its own (Job, Workload, ClusterQueue, Cohort, ResourceFlavor, LocalQueue, WorkloadPriorityClass), by URL, the runner's certificates",
+        "cluster_queues": "one per leaf quota: nominal 20 CPU, borrowingLimit 100, cohort per parent, BestEffortFIFO, preemption reclaimWithinCohort Any, withinClusterQueue LowerPriority",
+        "priorities": "WorkloadPriorityClasses small 50, medium 100, large 200",
+    })
+}
+
 /// Where `bench/provision/kueue.sh` put Kueue: `<cache>/kueue` (CRDs,
 /// webhook manifests) and the manager in `<cache>/bin/kueue`.
 #[derive(Clone, Debug)]
