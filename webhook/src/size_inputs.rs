@@ -1,5 +1,6 @@
 //! What a job's size is computed from when it is not in the job: a
-//! TrainJob's TrainingRuntime or ClusterTrainingRuntime, read at admission
+//! TrainJob's TrainingRuntime or ClusterTrainingRuntime, the
+//! LeaderWorkerSet of an LWS group's pod, read at admission
 //! (and wherever the job is sized again: its unit built from the stored
 //! job, its children's budget, an update's growth) and attached to a copy
 //! of the job that is only ever read for sizes ([`jobs::attach_size_input`]).
@@ -50,10 +51,11 @@ pub(crate) async fn attach(
             Ok(())
         }
         Ok(None) => Err(Missing::Refused(format!(
-            "its runtime {what} does not exist (spec.runtimeRef); create it first"
+            "{what} does not exist ({}: what it is sized from); create it first",
+            input.named_by
         ))),
         Err(e) => Err(Missing::Unreadable(format!(
-            "cannot read its runtime {what}: {e}"
+            "cannot read {what}, which it is sized from: {e}"
         ))),
     }
 }

@@ -18,6 +18,7 @@ pub mod jobset;
 pub mod json;
 pub mod kubeflow;
 pub mod pod;
+pub mod pod_group;
 pub mod pod_request;
 pub mod ray;
 pub mod registry;
@@ -113,6 +114,8 @@ pub struct SizeInput {
     pub namespaced: bool,
     /// Its name.
     pub name: String,
+    /// Where the job names it (for the message when it does not exist).
+    pub named_by: &'static str,
 }
 
 /// Where [`attach_size_input`] puts the object read for a job's size: a

@@ -14,8 +14,9 @@
 use serde_json::{Value, json};
 
 use super::json::get_path;
+use super::pod_group::{self, GroupSource, Membership};
 use super::pod_request::pod_spec_requests;
-use super::{AdapterError, HoldWrite, JobAdapter, JobKind, JobState, PodSetInfo};
+use super::{AdapterError, HoldWrite, JobAdapter, JobKind, JobState, PodSetInfo, SizeInput};
 
 /// The `v1` Pod kind.
 pub static POD_KIND: JobKind = JobKind {
@@ -112,7 +113,9 @@ impl JobAdapter for PodAdapter {
     }
 
     /// One pod set `main` of one pod: what Kubernetes' pod request rule
-    /// gives for the spec (containers, init containers, overhead).
+    /// gives for the spec (containers, init containers, overhead). A member
+    /// of a pod group sizes the group's unit
+    /// ([`pod_group::unit_pod_sets`]).
     fn pod_sets(&self, pod: &Value) -> Result<Vec<PodSetInfo>, AdapterError> {
         let spec = match get_path(pod, &["spec"]) {
             Some(spec) if spec.is_object() => spec,
@@ -133,6 +136,24 @@ impl JobAdapter for PodAdapter {
             per_pod: pod_spec_requests(spec)?,
             template,
         }])
+    }
+
+    /// A LeaderWorkerSet's pod sizes its group's unit from its
+    /// LeaderWorkerSet, read by the caller and attached.
+    fn size_input(&self, pod: &Value) -> Option<Result<SizeInput, AdapterError>> {
+        match pod_group::membership(pod)? {
+            Ok(Membership {
+                source: GroupSource::LeaderWorkerSet { set, .. },
+                ..
+            }) => Some(Ok(SizeInput {
+                kind: &pod_group::LWS_KIND,
+                namespaced: true,
+                name: set,
+                named_by: "label leaderworkerset.sigs.k8s.io/name",
+            })),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     fn state_fields(&self) -> &'static [&'static [&'static str]] {
@@ -165,6 +186,7 @@ impl JobAdapter for PodAdapter {
 mod tests {
     use super::*;
     use crate::jobs::test_support::{GI, container};
+    use crate::jobs::pod_group::unit_pod_sets;
     use crate::jobs::total_resources;
 
     fn pod(gates: Value) -> Value {
@@ -275,5 +297,83 @@ mod tests {
             json!(SCHEDULING_GATE)
         );
         assert_eq!(crate::jobs::hold_write(&PodAdapter), HoldWrite::Delete);
+    }
+
+    fn member(labels: Value, annotations: Value) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "m-0", "namespace": "team-a", "labels": labels, "annotations": annotations},
+            "spec": {"containers": [container("2", "1Gi")]},
+        })
+    }
+
+    #[test]
+    fn a_plain_group_is_size_pods_like_its_member_and_its_unit_names_the_group() {
+        use crate::jobs::pod_group::{POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION};
+        let p = member(
+            json!({POD_GROUP_LABEL: "train"}),
+            json!({POD_GROUP_SIZE_ANNOTATION: "4"}),
+        );
+        let sets = unit_pod_sets(&PodAdapter, &p).unwrap();
+        assert_eq!((sets.len(), sets[0].count), (1, 4));
+        // The pod's own size stays one pod (what an update may not grow).
+        assert_eq!(PodAdapter.pod_sets(&p).unwrap()[0].count, 1);
+        assert_eq!(total_resources(&sets).get("cpu"), 8000);
+        assert!(PodAdapter.size_input(&p).is_none());
+        let unit = crate::jobs::queue_unit(
+            &PodAdapter,
+            &p,
+            crate::jobs::UnitPlacement {
+                namespace: "team-a".into(),
+                job_name: "m-0".into(),
+                unit_name: "train-group".into(),
+                queue: "q".into(),
+                priority_class_name: None,
+                priority: 0,
+            },
+        )
+        .unwrap();
+        assert_eq!(unit.spec.consumer_ref.kind.as_deref(), Some("PodGroup"));
+        assert_eq!(unit.spec.consumer_ref.name.as_deref(), Some("train"));
+    }
+
+    #[test]
+    fn an_lws_group_is_sized_from_its_leaderworkerset() {
+        use crate::jobs::pod_group::*;
+        let mut p = member(
+            json!({LWS_NAME_LABEL: "llama", LWS_GROUP_INDEX_LABEL: "0", LWS_WORKER_INDEX_LABEL: "1"}),
+            json!({LWS_SIZE_ANNOTATION: "3"}),
+        );
+        let input = PodAdapter.size_input(&p).unwrap().unwrap();
+        assert_eq!(
+            (input.kind.kind, input.name.as_str()),
+            ("LeaderWorkerSet", "llama")
+        );
+        // Not read yet: no size.
+        assert!(unit_pod_sets(&PodAdapter, &p).is_err());
+        let template = |cpu: &str| json!({"spec": {"containers": [container(cpu, "1Gi")]}});
+        crate::jobs::attach_size_input(
+            &mut p,
+            json!({"spec": {"leaderWorkerTemplate": {
+                "size": 3, "leaderTemplate": template("1"), "workerTemplate": template("4"),
+            }}}),
+        );
+        let sets = unit_pod_sets(&PodAdapter, &p).unwrap();
+        let shape: Vec<_> = sets
+            .iter()
+            .map(|s| (s.name.as_str(), s.count, s.per_pod.get("cpu")))
+            .collect();
+        assert_eq!(shape, [("leader", 1, 1000), ("worker", 2, 4000)]);
+        // Without a leader template the leader is a worker; size 1 is a leader alone.
+        crate::jobs::attach_size_input(
+            &mut p,
+            json!({"spec": {"leaderWorkerTemplate": {"workerTemplate": template("4")}}}),
+        );
+        let sets = unit_pod_sets(&PodAdapter, &p).unwrap();
+        let shape: Vec<_> = sets
+            .iter()
+            .map(|s| (s.name.as_str(), s.count, s.per_pod.get("cpu")))
+            .collect();
+        assert_eq!(shape, [("leader", 1, 4000)]);
     }
 }

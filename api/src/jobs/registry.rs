@@ -25,9 +25,13 @@ static ALL: [&dyn JobAdapter; 11] = [
 ];
 
 /// Extension keys (chart values `extension.<key>.enable`), in chart order.
-const EXTENSIONS: [&str; 10] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob", "pod",
+const EXTENSIONS: [&str; 11] = [
+    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob", "pod", "lws",
 ];
+
+/// The extension that queues LeaderWorkerSets: their groups are queued as
+/// pods (an LWS has no suspend; its pods are gated), through the Pod kind.
+pub const LWS_EXTENSION: &str = "lws";
 
 /// The adapters of every supported kind.
 pub fn all() -> &'static [&'static dyn JobAdapter] {
@@ -64,11 +68,12 @@ pub fn extensions() -> &'static [&'static str] {
     &EXTENSIONS
 }
 
-/// The adapters enabled by extension key `extension`.
+/// The adapters enabled by extension key `extension` (`lws`: the Pod kind).
 pub fn for_extension(extension: &str) -> impl Iterator<Item = &'static dyn JobAdapter> + '_ {
-    ALL.iter()
-        .copied()
-        .filter(move |a| a.kind().extension == extension)
+    ALL.iter().copied().filter(move |a| {
+        a.kind().extension == extension
+            || (extension == LWS_EXTENSION && a.kind() == &super::pod::POD_KIND)
+    })
 }
 
 #[cfg(test)]
@@ -96,7 +101,12 @@ mod tests {
     fn extensions_cover_exactly_the_kinds() {
         let mut from_kinds: Vec<_> = all().iter().map(|a| a.kind().extension).collect();
         from_kinds.dedup();
+        from_kinds.push(LWS_EXTENSION);
         assert_eq!(from_kinds, extensions());
+        let lws: Vec<_> = for_extension(LWS_EXTENSION)
+            .map(|a| a.kind().kind)
+            .collect();
+        assert_eq!(lws, ["Pod"]);
         assert_eq!(for_extension("ray").count(), 2);
         assert_eq!(for_extension("batchjob").count(), 1);
         assert_eq!(for_extension("nope").count(), 0);

@@ -256,11 +256,13 @@ impl JobAdapter for TrainJobAdapter {
                 kind: &CLUSTER_TRAINING_RUNTIME_KIND,
                 namespaced: false,
                 name,
+                named_by: "spec.runtimeRef",
             }),
             ("trainer.kubeflow.org", "TrainingRuntime") => Ok(SizeInput {
                 kind: &TRAINING_RUNTIME_KIND,
                 namespaced: true,
                 name,
+                named_by: "spec.runtimeRef",
             }),
             (group, kind) => Err(invalid(
                 "spec.runtimeRef",

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
 use serde_json::Value;
 
-use super::{JobAdapter, total_resources};
+use super::pod::POD_KIND;
+use super::{JobAdapter, pod_group, total_resources};
 use crate::queue_unit::{PodSet, QueueUnit, QueueUnitSpec};
 use crate::resources::ResourceListExt as _;
 
@@ -35,7 +36,7 @@ pub fn queue_unit(
     job: &Value,
     placement: UnitPlacement,
 ) -> Result<QueueUnit, String> {
-    let pod_sets = adapter.pod_sets(job).map_err(|e| e.to_string())?;
+    let pod_sets = pod_group::unit_pod_sets(adapter, job).map_err(|e| e.to_string())?;
     let total = total_resources(&pod_sets).to_list();
     let pod_set = pod_sets
         .into_iter()
@@ -54,18 +55,29 @@ pub fn queue_unit(
     let kind = adapter.kind();
     let UnitPlacement {
         namespace,
-        job_name,
+        mut job_name,
         unit_name,
         queue,
         priority_class_name,
         priority,
     } = placement;
+    // A pod group's unit stands for the group, not for the member that
+    // happened to be admitted first.
+    let mut consumer_kind = kind.kind;
+    if kind == &POD_KIND
+        && let Some(member) = pod_group::membership(job)
+            .transpose()
+            .map_err(|e| e.to_string())?
+    {
+        consumer_kind = pod_group::GROUP_KIND;
+        job_name = member.group;
+    }
     let mut unit = QueueUnit::new(
         &unit_name,
         QueueUnitSpec {
             consumer_ref: ObjectReference {
                 api_version: Some(kind.api_version()),
-                kind: Some(kind.kind.to_string()),
+                kind: Some(consumer_kind.to_string()),
                 namespace: Some(namespace.clone()),
                 name: Some(job_name),
                 ..Default::default()
