@@ -29,6 +29,8 @@ pub enum Verdict {
         unit: Box<QueueUnit>,
         /// The job's kind.
         adapter: &'static dyn JobAdapter,
+        /// The job's name (a pod group's unit names the group instead).
+        job: String,
     },
     /// The UPDATE lifts the hold of a queued job: allowed only if the unit
     /// named here holds quota now (released, not finished).
@@ -92,7 +94,7 @@ pub fn decide(
             kind.group, kind.version, kind.kind
         ));
     };
-    if !policy.is_enabled(adapter.kind().extension) {
+    if !policy.enables(adapter, &[objects.object.as_ref(), objects.old.as_ref()]) {
         return Verdict::Allow;
     }
     match request.operation {
@@ -166,7 +168,13 @@ fn hold_and_queue(
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
 
-    let unit_name = unit_name(name, &request.uid);
+    // The members of a pod group name the group's one unit.
+    let unit_name = match jobs::pod_group::membership(job) {
+        None => unit_name(name, &request.uid),
+        Some(Ok(member)) if adapter.kind() == &jobs::pod::POD_KIND => member.unit_name(),
+        Some(Ok(_)) => unit_name(name, &request.uid),
+        Some(Err(e)) => return Verdict::Deny(format!("{what} cannot be queued: {e}")),
+    };
     let mut held = job.clone();
     if job
         .pointer("/metadata/name")
@@ -211,6 +219,7 @@ fn hold_and_queue(
             patch,
             unit: Box::new(unit),
             adapter,
+            job: name.to_string(),
         },
         Err(message) => Verdict::Deny(format!("{what} cannot be queued: {message}")),
     }

@@ -2,8 +2,11 @@
 
 use std::collections::BTreeSet;
 
+use koord_queue_api::jobs::pod::POD_KIND;
+use koord_queue_api::jobs::{self, JobAdapter, pod_group};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
+use serde_json::Value;
 
 /// Which kinds are queued, the fallback queue, and who the scheduler is.
 #[derive(Clone, Debug, Default)]
@@ -25,6 +28,21 @@ impl Policy {
     /// Whether the kind with extension key `extension` is queued.
     pub fn is_enabled(&self, extension: &str) -> bool {
         self.enabled_kinds.contains(extension)
+    }
+
+    /// Whether objects of `adapter`'s kind like `objects` are queued: a Pod
+    /// of a LeaderWorkerSet also when the `lws` extension is on (its hook
+    /// sends only such pods), whatever the `pod` extension says.
+    pub fn enables(&self, adapter: &dyn JobAdapter, objects: &[Option<&Value>]) -> bool {
+        let kind = adapter.kind();
+        self.is_enabled(kind.extension)
+            || (kind == &POD_KIND
+                && self.is_enabled(jobs::registry::LWS_EXTENSION)
+                && objects.iter().flatten().any(|o| {
+                    o.pointer("/metadata/labels")
+                        .and_then(|l| l.get(pod_group::LWS_NAME_LABEL))
+                        .is_some()
+                }))
     }
 
     /// Whether `request` was made by the scheduler.

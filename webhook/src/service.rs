@@ -277,7 +277,7 @@ impl Webhook {
         let Some(object) = objects.object.as_ref() else {
             return Ok(None);
         };
-        if !self.policy.is_enabled(adapter.kind().extension)
+        if !self.policy.enables(adapter, &[Some(object)])
             || adapter.size_input(object).is_none()
             || self.policy.is_scheduler(request)
         {
@@ -300,6 +300,11 @@ impl Webhook {
                     object: Some(object),
                     old: None,
                 }))
+            }
+            // A pod's update cannot grow its group (its own size is what
+            // an update may not grow): nothing to read.
+            (Operation::Update, _) if adapter.kind() == &koord_queue_api::jobs::pod::POD_KIND => {
+                Ok(None)
             }
             (Operation::Update, Some(old)) => {
                 let mut old = old.clone();
@@ -343,9 +348,10 @@ impl Webhook {
                 patch,
                 unit,
                 adapter,
+                job,
             } => {
                 if !request.dry_run
-                    && let Err(message) = self.units.create(adapter, &unit).await
+                    && let Err(message) = self.units.create(adapter, &unit, &job).await
                 {
                     return (allow.deny(message), "denied");
                 }

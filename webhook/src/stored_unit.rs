@@ -46,6 +46,13 @@ pub fn build(
             priority,
         },
     )?;
+    if unit.spec.consumer_ref.kind.as_deref() == Some(jobs::pod_group::GROUP_KIND) {
+        // A pod group's unit has no owner (a member's deletion must not
+        // take it): it names the group's uid, as adoption would.
+        let group = unit.spec.consumer_ref.name.clone().unwrap_or_default();
+        unit.spec.consumer_ref.uid = Some(jobs::pod_group::group_uid(namespace, &group));
+        return Ok(unit);
+    }
     let kind = adapter.kind();
     // The reference the scheduler's adoption writes: garbage collection
     // deletes the unit with its job, and the scheduler sees it adopted.

@@ -174,6 +174,7 @@ impl UnitCreator {
         &self,
         adapter: &'static dyn JobAdapter,
         unit: &QueueUnit,
+        job: &str,
     ) -> Result<(), String> {
         if !self.shared.healthy.load(Ordering::Acquire) {
             let Ok(_slot) = self.shared.slots.acquire().await else {
@@ -203,7 +204,7 @@ impl UnitCreator {
             _room: room,
             adapter,
             namespace: unit.metadata.namespace.clone().unwrap_or_default(),
-            job: unit.spec.consumer_ref.name.clone().unwrap_or_default(),
+            job: job.to_string(),
             unit: unit.metadata.name.clone().unwrap_or_default(),
             answered: Instant::now(),
         };
@@ -651,7 +652,10 @@ mod tests {
         });
         let (creator, _) = creator(api.clone(), 16);
         // Answered before the job is even stored.
-        creator.create(job_adapter(), &unit("a")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("a"), "a")
+            .await
+            .unwrap();
         api.store("a");
         gate.notify_one();
         creator.idle().await;
@@ -672,8 +676,14 @@ mod tests {
         let (creator, metrics) = creator(api.clone(), 16);
         // No such job; and a job that names another unit.
         api.store_naming("real", "real-own-unit");
-        creator.create(job_adapter(), &unit("ghost")).await.unwrap();
-        creator.create(job_adapter(), &unit("real")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("ghost"), "ghost")
+            .await
+            .unwrap();
+        creator
+            .create(job_adapter(), &unit("real"), "real")
+            .await
+            .unwrap();
         creator.idle().await;
         assert!(api.units.lock().unwrap().is_empty());
         let skipped = |reason: &str| {
@@ -698,19 +708,28 @@ mod tests {
         api.store("a");
         let (creator, metrics) = creator(api.clone(), 16);
         // Accepted into the backlog; its first attempt fails: degraded.
-        creator.create(job_adapter(), &unit("a")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("a"), "a")
+            .await
+            .unwrap();
         while creator.shared.healthy.load(Ordering::Acquire) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // Degraded: the review asks the API and is refused with its reason.
-        let message = creator.create(job_adapter(), &unit("b")).await.unwrap_err();
+        let message = creator
+            .create(job_adapter(), &unit("b"), "b")
+            .await
+            .unwrap_err();
         assert!(message.contains("etcd is down"), "{message}");
         assert!(message.contains("QueueUnit ns/b"), "{message}");
         // The API recovers: the next review's check succeeds, which makes
         // the creator healthy again; the backlog unit is retried.
         api.failing.store(0, Ordering::Release);
         api.store("c");
-        creator.create(job_adapter(), &unit("c")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("c"), "c")
+            .await
+            .unwrap();
         assert!(creator.shared.healthy.load(Ordering::Acquire));
         creator.idle().await;
         let units = api.units.lock().unwrap();
@@ -740,19 +759,31 @@ mod tests {
             api.store(name);
         }
         let (creator, metrics) = creator(api.clone(), 2);
-        creator.create(job_adapter(), &unit("a")).await.unwrap();
-        creator.create(job_adapter(), &unit("b")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("a"), "a")
+            .await
+            .unwrap();
+        creator
+            .create(job_adapter(), &unit("b"), "b")
+            .await
+            .unwrap();
         // Both wait at the gate: the backlog counts units being created too,
         // so a flood of answered reviews cannot pile up tasks without end.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let refused = creator.create(job_adapter(), &unit("c")).await.unwrap_err();
+        let refused = creator
+            .create(job_adapter(), &unit("c"), "c")
+            .await
+            .unwrap_err();
         assert!(refused.contains("busy"), "{refused}");
         for _ in 0..2 {
             gate.notify_one();
         }
         creator.idle().await;
         // Room again.
-        creator.create(job_adapter(), &unit("c")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("c"), "c")
+            .await
+            .unwrap();
         gate.notify_one();
         creator.idle().await;
         assert_eq!(api.units.lock().unwrap().len(), 3);
@@ -768,7 +799,10 @@ mod tests {
         });
         api.store("a");
         let (creator, _) = creator(api.clone(), 16);
-        creator.create(job_adapter(), &unit("a")).await.unwrap();
+        creator
+            .create(job_adapter(), &unit("a"), "a")
+            .await
+            .unwrap();
         creator.idle().await;
         assert_eq!(api.failing.load(Ordering::Acquire), 99, "one attempt only");
     }
@@ -780,13 +814,16 @@ mod tests {
         for i in 0..200 {
             let name = format!("u{i}");
             api.store(&name);
-            creator.create(job_adapter(), &unit(&name)).await.unwrap();
+            creator
+                .create(job_adapter(), &unit(&name), &name)
+                .await
+                .unwrap();
         }
         creator.drain(Duration::from_secs(10)).await;
         assert_eq!(api.units.lock().unwrap().len(), 200);
         // Draining: no unit could be created after the answer any more.
         let refused = creator
-            .create(job_adapter(), &unit("late"))
+            .create(job_adapter(), &unit("late"), "late")
             .await
             .unwrap_err();
         assert!(refused.contains("shutting down"), "{refused}");

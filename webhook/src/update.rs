@@ -117,6 +117,34 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
                 keys::QUOTA_NAME_LABEL
             ));
         }
+        // A pod group's member stays in the group it was queued in, at
+        // the size it was queued with: these name its unit and bound what
+        // the unit releases.
+        use koord_queue_api::jobs::pod_group as g;
+        let group_label = |job: &Value, key: &str| {
+            jobs::json::get_path(job, &["metadata", "labels", key]).cloned()
+        };
+        for key in [
+            g::POD_GROUP_LABEL,
+            g::LWS_NAME_LABEL,
+            g::LWS_GROUP_INDEX_LABEL,
+            g::LWS_WORKER_INDEX_LABEL,
+        ] {
+            if group_label(old, key) != group_label(new, key) {
+                return Some(format!(
+                    "the label {key} of a queued pod cannot be changed: it names the pod group \
+                     whose unit the pod runs on"
+                ));
+            }
+        }
+        for key in [g::POD_GROUP_SIZE_ANNOTATION, g::LWS_SIZE_ANNOTATION] {
+            if jobs::annotation(old, key) != jobs::annotation(new, key) {
+                return Some(format!(
+                    "the annotation {key} of a queued pod cannot be changed: the group's size is \
+                     fixed when it is queued"
+                ));
+            }
+        }
         let queued_label = |job: &Value| {
             jobs::json::get_path(job, &["metadata", "labels", keys::QUEUED_LABEL]).cloned()
         };

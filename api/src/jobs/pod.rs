@@ -185,8 +185,8 @@ impl JobAdapter for PodAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::test_support::{GI, container};
     use crate::jobs::pod_group::unit_pod_sets;
+    use crate::jobs::test_support::{GI, container};
     use crate::jobs::total_resources;
 
     fn pod(gates: Value) -> Value {

@@ -108,6 +108,12 @@ impl Membership {
     }
 }
 
+/// The uid a group's unit names in `consumerRef.uid`: stable for the
+/// group's name, since no object's uid stands for the group.
+pub fn group_uid(namespace: &str, group: &str) -> String {
+    format!("{GROUP_KIND}/{namespace}/{group}")
+}
+
 /// A label of `pod`.
 fn label<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
     get_path(pod, &["metadata", "labels", key]).and_then(Value::as_str)

@@ -1,6 +1,8 @@
 //! What the controller keeps of a job and of its pods, and the patches that hold and release a job.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use koord_queue_api::jobs::pod_group::{self, Member, Membership};
 
 /// `Kind/namespace/name` of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,6 +41,35 @@ pub struct JobRecord {
     /// The pods that run on its quota besides its own: label and value
     /// (`JobAdapter::pod_group`).
     pub pod_group: Option<(&'static str, String)>,
+    /// A pod group's member, or a pod group itself (see `state/groups.rs`).
+    pub grouping: Option<Box<Grouping>>,
+}
+
+/// Where a record stands in a pod group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Grouping {
+    /// A member pod (the watch's record; the controller folds members into
+    /// one record of their group).
+    Member {
+        /// The group.
+        of: Membership,
+        /// The member as the group's state sees it.
+        member: Member,
+    },
+    /// The group: what the members tell of it.
+    Group {
+        /// The label selector of the members.
+        selector: String,
+        /// The group's size.
+        size: i32,
+        /// Members alive and still gated.
+        gated: usize,
+        /// Members alive and released.
+        released: usize,
+        /// A member (the oldest): Events are on it, a missing unit is
+        /// re-created from it.
+        member: (String, String),
+    },
 }
 
 impl JobRecord {
@@ -54,6 +85,11 @@ impl JobRecord {
         // What the adapters read: the kept fields and the annotations.
         let (metadata, view) = job.into_view();
         let namespace = metadata.namespace.as_deref().unwrap_or_default();
+        let created_ms = metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_millisecond());
+        let grouping = member_of(adapter, &metadata, &view, created_ms).map(Box::new);
         Some(Self {
             adapter,
             unit: key(namespace, &unit_name),
@@ -64,18 +100,58 @@ impl JobRecord {
             held: adapter.is_held(&view),
             state: adapter.state(&view),
             pod_group: adapter.pod_group(&view),
+            grouping,
             deleting: metadata.deletion_timestamp.is_some(),
-            created_ms: metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| t.0.as_millisecond()),
+            created_ms,
         })
     }
 
-    /// Key of the job.
+    /// Key of the job (of a pod group: `PodGroup/<namespace>/<group>`).
     pub fn key(&self) -> JobKey {
-        JobKey::new(self.adapter.kind().kind, &self.namespace, &self.name)
+        let kind = match self.grouping.as_deref() {
+            Some(Grouping::Group { .. }) => pod_group::GROUP_KIND,
+            _ => self.adapter.kind().kind,
+        };
+        JobKey::new(kind, &self.namespace, &self.name)
     }
+
+    /// Whether this is a pod group's record.
+    pub fn is_group(&self) -> bool {
+        matches!(self.grouping.as_deref(), Some(Grouping::Group { .. }))
+    }
+}
+
+/// A pod's membership of a group, if it is a member (read from its labels
+/// and annotations, as the webhook read them when it queued it). A pod
+/// that names a group badly was refused by the webhook; one that got past
+/// it (created before its namespace opted in) counts as a pod of its own.
+fn member_of(
+    adapter: &dyn JobAdapter,
+    metadata: &ObjectMeta,
+    pod: &serde_json::Value,
+    created_ms: i64,
+) -> Option<Grouping> {
+    let labels = metadata.labels.as_ref()?;
+    if adapter.kind() != &jobs::pod::POD_KIND
+        || !(labels.contains_key(pod_group::POD_GROUP_LABEL)
+            || labels.contains_key(pod_group::LWS_NAME_LABEL))
+    {
+        return None;
+    }
+    let meta = serde_json::json!({ "metadata": {
+        "labels": labels, "annotations": metadata.annotations,
+    }});
+    let of = pod_group::membership(&meta)?.ok()?;
+    let member = Member {
+        name: metadata.name.clone().unwrap_or_default(),
+        role: of.role,
+        gated: adapter.is_held(pod),
+        state: adapter.state(pod),
+        deleting: false,
+        created_ms,
+        requests: Resources::new(),
+    };
+    Some(Grouping::Member { of, member })
 }
 
 /// A pod of a queued job, as strict dequeue needs it.

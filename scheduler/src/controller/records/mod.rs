@@ -8,7 +8,7 @@ mod unit;
 pub use cluster::{
     NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
 };
-pub use job::{JobKey, JobRecord, PodRecord};
+pub use job::{Grouping, JobKey, JobRecord, PodRecord};
 pub use unit::UnitRecord;
 
 use std::collections::{BTreeMap, HashSet};

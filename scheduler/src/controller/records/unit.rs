@@ -108,11 +108,16 @@ impl UnitRecord {
             labels: Labels::from_map(labels),
             job_kind: intern(job_kind),
             job_name,
-            owner_uid: unit
-                .owner_references()
-                .iter()
-                .find(|r| job_uid(r))
-                .map(|r| r.uid.clone()),
+            // A pod group's unit has no owner: adoption names the group's
+            // uid in its consumerRef.
+            owner_uid: if job_kind == jobs::pod_group::GROUP_KIND {
+                spec.consumer_ref.uid.clone().filter(|u| !u.is_empty())
+            } else {
+                unit.owner_references()
+                    .iter()
+                    .find(|r| job_uid(r))
+                    .map(|r| r.uid.clone())
+            },
             phase: status.phase,
             held,
             message: status.message,

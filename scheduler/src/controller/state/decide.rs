@@ -27,6 +27,9 @@ pub(super) struct UnitView<'a> {
     /// This process's release of the unit has an unknown outcome and the
     /// unit's watch has not spoken since (the record is the release as sent).
     pub unconfirmed: bool,
+    /// A pod group's members were last released at this (gated, released)
+    /// count: not sent again until the members change.
+    pub members_released_at: Option<(usize, usize)>,
     /// Strict dequeue for queues that do not set it.
     pub strict_default: Option<Duration>,
     pub now_ms: i64,
@@ -137,6 +140,15 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
                 message: text.into(),
             }))
         }
+        // A pod group's unit ended (the group finished, or failed whole),
+        // and the group has members again that wait, gated: a restarted
+        // LeaderWorkerSet group, a group name used again. The unit goes;
+        // its members' group is given a new one (`repair.rs`) and queues.
+        (Some(QueueUnitPhase::Succeed | QueueUnitPhase::Failed), Some(job))
+            if job.is_group() && job.held && !finished(job.state) =>
+        {
+            Some(Intent::free(Write::DeleteUnit { unit: k.clone() }))
+        }
         (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
             step.timed = true;
             rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms).then(|| {
@@ -204,6 +216,9 @@ fn holding_outcome(
     }
     if phase == QueueUnitPhase::Reserved {
         return checks_outcome(v, job);
+    }
+    if let Some(more) = members_to_release(v, job) {
+        return Some(more);
     }
     if job.held {
         if v.found_released
@@ -420,6 +435,29 @@ pub(super) fn release(
         checks: (!checks.is_empty()).then_some(checks),
         message,
     }
+}
+
+/// A released pod group with gated members it has room for: they are
+/// released too (the last pods of a gang created after the release, a
+/// member's replacement), once per change of its members.
+fn members_to_release(v: &UnitView<'_>, job: &JobRecord) -> Option<Intent> {
+    let Some(Grouping::Group {
+        size,
+        gated,
+        released,
+        ..
+    }) = job.grouping.as_deref()
+    else {
+        return None;
+    };
+    let size = usize::try_from(*size).unwrap_or(0);
+    let room = *gated > 0 && *released < size && (*released > 0 || *gated >= size);
+    (room && v.members_released_at != Some((*gated, *released))).then(|| {
+        Intent::keep(Write::ReleaseMembers {
+            unit: v.key.clone(),
+            job: job_ref(job),
+        })
+    })
 }
 
 /// The release of a unit whose first release has an unknown outcome, sent

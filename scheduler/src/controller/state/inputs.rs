@@ -82,6 +82,12 @@ impl Controller {
         else {
             return;
         };
+        if job.is_group() && job.held {
+            // A held group's unit is re-created from its members: the unit
+            // of a group that finished, or restarted whole, is deleted so
+            // that its next members queue again (see `decide.rs`).
+            return;
+        }
         self.unit_gone.insert(job.key());
         if job.deleting
             || matches!(job.state, JobState::Succeeded | JobState::Failed)
@@ -105,31 +111,44 @@ impl Controller {
     pub(super) fn on_job(&mut self, kind: &'static str, change: Change<Box<JobRecord>>) {
         match change {
             Change::Applied(rec) => {
-                let unit = rec.unit.clone();
-                let job_key = rec.key();
-                self.index_job(&job_key, Some(&rec));
-                self.jobs.insert(job_key, *rec);
-                if self.units.contains_key(&unit) {
-                    self.reconcile(&unit);
-                }
+                let (job_key, rec) = match self.groups.apply((*rec).clone()) {
+                    // A member: its group's record changes.
+                    Some(group) => group,
+                    None => (rec.key(), *rec),
+                };
+                self.job_applied(job_key, rec);
             }
-            Change::Deleted(ns, name) => {
-                let job_key = JobKey::new(kind, &ns, &name);
-                self.unit_gone.remove(&job_key);
-                self.missing_unit_since.remove(&job_key);
-                self.index_job(&job_key, None);
-                if let Some(rec) = self.jobs.remove(&job_key) {
-                    let unit = rec.unit.clone();
-                    if self.units.contains_key(&unit) {
-                        self.reconcile(&unit);
-                    }
-                }
-            }
+            Change::Deleted(ns, name) => match self.groups.remove(&ns, &name) {
+                Some((group_key, Some(group))) => self.job_applied(group_key, group),
+                Some((group_key, None)) => self.job_deleted(&group_key),
+                None => self.job_deleted(&JobKey::new(kind, &ns, &name)),
+            },
             Change::Relisted(listed) => self.jobs_relisted(kind, &listed),
             Change::Failing(why) => self.job_kind_failing(kind, why),
             Change::Synced | Change::Absent => {
                 self.job_kind_failing(kind, None);
                 self.source_done(kind);
+            }
+        }
+    }
+
+    fn job_applied(&mut self, job_key: JobKey, rec: JobRecord) {
+        let unit = rec.unit.clone();
+        self.index_job(&job_key, Some(&rec));
+        self.jobs.insert(job_key, rec);
+        if self.units.contains_key(&unit) {
+            self.reconcile(&unit);
+        }
+    }
+
+    fn job_deleted(&mut self, job_key: &JobKey) {
+        self.unit_gone.remove(job_key);
+        self.missing_unit_since.remove(job_key);
+        self.index_job(job_key, None);
+        if let Some(rec) = self.jobs.remove(job_key) {
+            let unit = rec.unit.clone();
+            if self.units.contains_key(&unit) {
+                self.reconcile(&unit);
             }
         }
     }

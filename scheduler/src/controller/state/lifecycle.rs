@@ -113,6 +113,7 @@ impl Controller {
             suspended_again: st.held_job_was_suspended_again(),
             found_released: !st.released_here && !st.release_ack,
             unconfirmed: st.unconfirmed,
+            members_released_at: st.members_released_at,
             strict_default: self.settings.strict_default,
             now_ms: now_ms(),
             jitter_salt: self.jitter_salt,

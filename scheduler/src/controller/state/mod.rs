@@ -4,6 +4,7 @@
 
 mod decide;
 mod failing;
+mod groups;
 mod inputs;
 mod lifecycle;
 mod pods;
@@ -37,11 +38,11 @@ use tokio::sync::{mpsc, watch};
 use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
 use super::quota_names::QuotaNames;
 use super::records::{
-    JobKey, JobRecord, Key, Labels, NamespaceQuotaRecord, NodeRecord, PodRecord,
+    Grouping, JobKey, JobRecord, Key, Labels, NamespaceQuotaRecord, NodeRecord, PodRecord,
     QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
 };
 use super::sources::{Change, Input, SourceName};
-use super::writes::{Claim, JobRef, Outcome, Write, WriteSink, Written};
+use super::writes::{Claim, GroupTarget, JobRef, Outcome, Write, WriteSink, Written};
 use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDef};
 
 /// Readiness condition: every watch has its initial list.
@@ -120,6 +121,9 @@ struct UnitState {
     last_published: Option<Instant>,
     last_waiting_event: Option<Instant>,
     released_at: Option<Instant>,
+    /// Its pod group's (gated, released) members when more of them were
+    /// last released (see `decide::members_to_release`).
+    members_released_at: Option<(usize, usize)>,
 }
 
 impl UnitState {
@@ -139,6 +143,7 @@ impl UnitState {
             last_published: None,
             last_waiting_event: None,
             released_at: None,
+            members_released_at: None,
         }
     }
 
@@ -292,6 +297,8 @@ pub struct Controller {
     pod_groups: HashMap<PodGroup, usize>,
     /// Deleted units whose job's pods still run (see `pods.rs`).
     lingering: Vec<Lingering>,
+    /// Pod groups' members (see `groups.rs`).
+    groups: groups::Groups,
 }
 
 impl std::fmt::Debug for Controller {
@@ -353,6 +360,7 @@ impl Controller {
             jobs_by_group: HashMap::new(),
             pod_groups: HashMap::new(),
             lingering: Vec::new(),
+            groups: groups::Groups::default(),
             jitter_salt: {
                 use std::hash::BuildHasher;
                 std::collections::hash_map::RandomState::new().hash_one(std::process::id())
@@ -434,11 +442,32 @@ impl Controller {
 }
 
 fn job_ref(job: &JobRecord) -> JobRef {
+    if let Some(Grouping::Group {
+        selector,
+        size,
+        member: (member, member_uid),
+        ..
+    }) = job.grouping.as_deref()
+    {
+        return JobRef {
+            adapter: job.adapter,
+            namespace: job.namespace.to_string(),
+            name: member.clone(),
+            uid: member_uid.clone(),
+            group: Some(GroupTarget {
+                name: job.name.clone(),
+                selector: selector.clone(),
+                uid: job.uid.clone(),
+                size: *size,
+            }),
+        };
+    }
     JobRef {
         adapter: job.adapter,
         namespace: job.namespace.to_string(),
         name: job.name.clone(),
         uid: job.uid.clone(),
+        group: None,
     }
 }
 
@@ -449,8 +478,24 @@ impl Controller {
     /// intent says so (see [`OnSubmit`]).
     fn submit_unit_write(&mut self, k: &Key, intent: Intent) {
         let Intent { write, on_submit } = intent;
+        let group_counts = match &write {
+            Write::ReleaseMembers { .. } => self
+                .units
+                .get(k)
+                .and_then(|st| self.jobs.get(&st.rec.job_key()))
+                .and_then(|j| match j.grouping.as_deref() {
+                    Some(Grouping::Group {
+                        gated, released, ..
+                    }) => Some((*gated, *released)),
+                    _ => None,
+                }),
+            _ => None,
+        };
         if let Some(st) = self.units.get_mut(k) {
             st.awaiting = true;
+            if group_counts.is_some() {
+                st.members_released_at = group_counts;
+            }
             if on_submit == OnSubmit::Free && st.member != Membership::Absent {
                 self.core.remove_unit(k);
                 st.member = Membership::Absent;

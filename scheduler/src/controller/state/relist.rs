@@ -47,11 +47,18 @@ impl Controller {
     }
 
     pub(super) fn jobs_relisted(&mut self, kind: &'static str, listed: &Listed) {
+        // A pod group's record is no object: its members are listed.
+        let members = if kind == koord_queue_api::jobs::pod::POD_KIND.kind {
+            self.groups.member_pods()
+        } else {
+            Vec::new()
+        };
         let gone = not_listed(
             self.jobs
                 .values()
-                .filter(|j| j.adapter.kind().kind == kind)
-                .map(|j| (j.namespace.to_string(), j.name.clone())),
+                .filter(|j| j.adapter.kind().kind == kind && !j.is_group())
+                .map(|j| (j.namespace.to_string(), j.name.clone()))
+                .chain(members),
             listed,
         );
         self.count_relist(kind, gone.len());

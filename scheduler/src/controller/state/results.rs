@@ -99,7 +99,7 @@ impl Controller {
             Write::Phase {
                 phase, admissions, ..
             } => self.on_phase_written(&k, phase, admissions.is_some(), ok_rv.is_some()),
-            Write::HoldJob { .. } | Write::DeleteUnit { .. } => {
+            Write::HoldJob { .. } | Write::ReleaseMembers { .. } | Write::DeleteUnit { .. } => {
                 st.awaiting = false;
                 if ok_rv.is_none() {
                     self.retry.insert(k.clone());

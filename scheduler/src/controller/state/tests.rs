@@ -166,6 +166,7 @@ fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() 
         deleting: false,
         created_ms: 0,
         pod_group: None,
+        grouping: None,
     };
     // Not adopted yet: never schedulable.
     assert_eq!(effective_phase(&st.rec, Some(&job("uid-1", true))), None);

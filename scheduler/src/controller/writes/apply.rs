@@ -139,7 +139,7 @@ impl Writer {
                 }))
                 .await?;
                 if let Some(job) = job {
-                    self.hold_unless_finished(job).await?;
+                    self.hold_unless_finished(unit, job).await?;
                 }
                 Ok(rv)
             }
@@ -152,7 +152,13 @@ impl Writer {
                 let status = phase_status(*phase, None, message, admissions.as_deref());
                 self.patch_unit_status(unit, status).await
             }
-            Write::HoldJob { job, .. } => self.hold_unless_finished(job).await.map(|()| None),
+            Write::HoldJob { unit, job } => {
+                self.hold_unless_finished(unit, job).await.map(|()| None)
+            }
+            Write::ReleaseMembers { unit, job } => match &job.group {
+                Some(group) => self.release_group(unit, job, group).await.map(|()| None),
+                None => Ok(None),
+            },
             Write::RecreateUnit { unit, job } => self.recreate_unit(unit, job).await,
             Write::Visibility {
                 unit,
@@ -192,18 +198,24 @@ impl Writer {
 
     /// Adoption: the unit is owned by its job (garbage collection deletes it
     /// with the job) and names the job's uid.
+    /// A pod group's unit has no owner (no object stands for the group; a
+    /// member's deletion must not take it): it names the group's uid.
     async fn adopt(&self, unit: &Key, job: &JobRef) -> Result<Option<u64>, kube::Error> {
         self.fence()?;
         let (ns, name) = split(unit);
         let kind = job.adapter.kind();
-        let owner = json!({
+        let owner = if let Some(group) = &job.group {
+            json!({ "spec": { "consumerRef": { "uid": group.uid } } })
+        } else {
+            json!({
             "metadata": { "ownerReferences": [{
                 "apiVersion": kind.api_version(), "kind": kind.kind,
                 "name": job.name, "uid": job.uid,
                 "controller": false, "blockOwnerDeletion": false,
             }]},
             "spec": { "consumerRef": { "uid": job.uid } },
-        });
+            })
+        };
         let patched = self
             .unit_acks(ns)
             .patch(name, &PatchParams::default(), &Patch::Merge(&owner))
@@ -223,7 +235,11 @@ impl Writer {
     /// then would let the quota serve another unit while this job runs.
     async fn lift_hold(&self, unit: &Key, job: &JobRef) -> Result<(), kube::Error> {
         let release = &koord_queue_api::jobs::release_write(job.adapter);
-        let error = match until_known(move || self.write_job(job, release, None)).await {
+        let sent = match &job.group {
+            Some(group) => until_known(move || self.release_group(unit, job, group)).await,
+            None => until_known(move || self.write_job(job, release, None)).await,
+        };
+        let error = match sent {
             Ok(()) => return Ok(()),
             // The Lease is lost: the new leader decides about this unit (it
             // reads the release from the API), nothing is reverted.
@@ -257,7 +273,10 @@ impl Writer {
     /// the hold (409), and the job is read again, so a finished job is never
     /// suspended. A job already gone (or created again under its name) needs
     /// no hold.
-    async fn hold_unless_finished(&self, job: &JobRef) -> Result<(), kube::Error> {
+    async fn hold_unless_finished(&self, unit: &Key, job: &JobRef) -> Result<(), kube::Error> {
+        if let Some(group) = &job.group {
+            return self.hold_group(unit, job, group).await;
+        }
         let hold = koord_queue_api::jobs::hold_write(job.adapter);
         let api = job.api::<kube::api::DynamicObject>(&self.client);
         let mut attempts = 0;

@@ -161,6 +161,7 @@ mod tests {
 
     fn job() -> JobRef {
         JobRef {
+            group: None,
             adapter: koord_queue_api::jobs::all()[0],
             namespace: "ns".into(),
             name: "j".into(),

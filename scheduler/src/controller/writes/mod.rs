@@ -16,6 +16,7 @@
 
 mod apply;
 mod backlog;
+mod group;
 mod writer;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -33,7 +34,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-pub use super::job_ref::JobRef;
+pub use super::job_ref::{GroupTarget, JobRef};
 use super::metrics::Metrics;
 use crate::controller::records::Key;
 
@@ -140,6 +141,15 @@ pub enum Write {
         /// The unit, for the result.
         unit: Key,
         /// The job.
+        job: JobRef,
+    },
+    /// Lift the gate of more members of a released pod group: members that
+    /// appeared after its release (a replacement, the last pods of a gang),
+    /// within the group's size. The unit's status stays as it is.
+    ReleaseMembers {
+        /// The unit.
+        unit: Key,
+        /// The group.
         job: JobRef,
     },
     /// Create the unit of a held job whose unit never appeared (the webhook
@@ -278,6 +288,7 @@ impl Write {
             | Self::Backoff { .. }
             | Self::Phase { .. }
             | Self::HoldJob { .. }
+            | Self::ReleaseMembers { .. }
             | Self::RecreateUnit { .. }
             | Self::DeleteUnit { .. }
             | Self::EnsureQueue { .. }
@@ -307,6 +318,7 @@ impl Write {
             Self::Backoff { .. } => "backoff",
             Self::Phase { .. } => "phase",
             Self::HoldJob { .. } => "hold_job",
+            Self::ReleaseMembers { .. } => "release_members",
             Self::RecreateUnit { .. } => "recreate_unit",
             Self::Visibility { .. } => "visibility",
             Self::DeleteUnit { .. } => "delete_unit",
@@ -326,6 +338,7 @@ impl Write {
             | Self::Backoff { unit, .. }
             | Self::Phase { unit, .. }
             | Self::HoldJob { unit, .. }
+            | Self::ReleaseMembers { unit, .. }
             | Self::Visibility { unit, .. }
             | Self::DeleteUnit { unit } => Some(unit),
             _ => None,
