@@ -91,7 +91,14 @@ fn enabled_adapters(
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(per_kind.into_iter().flatten().collect())
+    // `pod` and `lws` both queue through the Pod kind: watched once.
+    let mut adapters: Vec<&'static dyn koord_queue_api::jobs::JobAdapter> = Vec::new();
+    for adapter in per_kind.into_iter().flatten() {
+        if !adapters.iter().any(|a| a.kind() == adapter.kind()) {
+            adapters.push(adapter);
+        }
+    }
+    Ok(adapters)
 }
 
 pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> {

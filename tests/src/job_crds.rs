@@ -146,6 +146,7 @@ pub const UPSTREAM_JOB_CRDS: &[&str] = &[
     "trainer.kubeflow.org_trainjobs.yaml",
     "trainer.kubeflow.org_trainingruntimes.yaml",
     "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 ];
 
 /// The real upstream CRDs named `files` (in `tests/upstream-crds/`).

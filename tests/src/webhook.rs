@@ -102,6 +102,7 @@ pub fn write_serving_cert(cp: &ControlPlane, dir: &Path) -> Result<()> {
 /// namespaces that queue pods.
 pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfiguration> {
     use base64::Engine;
+    use koord_queue_api::jobs::pod_group;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let hook = |name: &str, operation: &str, pods: bool| {
         let rules: Vec<serde_json::Value> = koord_queue_api::jobs::all()
@@ -126,12 +127,18 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
                 })
             })
             .collect();
-        // As the chart: pods only from namespaces that queue pods.
+        // As the chart: pods only from namespaces that queue pods, but a
+        // LeaderWorkerSet's pods from every opted-in namespace, by their
+        // own hook (`lws_hook`).
         let mut namespace_labels = serde_json::json!({ keys::ENABLED_NAMESPACE_LABEL: "true" });
+        let mut object_selector = serde_json::json!({});
         if pods {
             namespace_labels[keys::QUEUE_PODS_NAMESPACE_LABEL] = "true".into();
+            object_selector = serde_json::json!({ "matchExpressions": [
+                { "key": pod_group::LWS_NAME_LABEL, "operator": "DoesNotExist" }] });
         }
         serde_json::json!({
+            "objectSelector": object_selector,
             "name": name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": { "url": url, "caBundle": ca_bundle },
@@ -151,7 +158,17 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
     let mut updates = hook("job-updates.koord-queue.x-k8s.io", "UPDATE", false);
     updates["matchConditions"] = not_by_the_scheduler.clone();
     let mut pod_updates = hook("pod-updates.koord-queue.x-k8s.io", "UPDATE", true);
-    pod_updates["matchConditions"] = not_by_the_scheduler;
+    pod_updates["matchConditions"] = not_by_the_scheduler.clone();
+    let lws_hook = |name: &str, operation: &str| {
+        let mut hook = hook(name, operation, true);
+        hook["namespaceSelector"] =
+            serde_json::json!({ "matchLabels": { keys::ENABLED_NAMESPACE_LABEL: "true" } });
+        hook["objectSelector"] = serde_json::json!({ "matchExpressions": [
+            { "key": pod_group::LWS_NAME_LABEL, "operator": "Exists" }] });
+        hook
+    };
+    let mut lws_updates = lws_hook("lws-pod-updates.koord-queue.x-k8s.io", "UPDATE");
+    lws_updates["matchConditions"] = not_by_the_scheduler;
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -161,6 +178,8 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
             updates,
             hook("pods.koord-queue.x-k8s.io", "CREATE", true),
             pod_updates,
+            lws_hook("lws-pods.koord-queue.x-k8s.io", "CREATE"),
+            lws_updates,
         ],
     }))?)
 }

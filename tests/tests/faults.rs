@@ -272,6 +272,7 @@ async fn a_stale_leaders_release_fails_at_the_api_server() {
             namespace: ns.clone(),
             name: "j2".into(),
             uid: job.metadata.uid.clone().unwrap(),
+            group: None,
         },
         admissions: Some(vec![Admission {
             name: "main".into(),

@@ -134,10 +134,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
     } = args;
     koord_queue_certs::install_crypto_provider();
 
-    let known: Vec<&str> = koord_queue_api::jobs::all()
-        .iter()
-        .map(|a| a.kind().extension)
-        .collect();
+    let known = koord_queue_api::jobs::extensions();
     if let Some(bad) = enabled_kinds.iter().find(|k| !known.contains(&k.as_str())) {
         anyhow::bail!(
             "--enabled-kinds: unknown kind {bad:?} (known: {})",

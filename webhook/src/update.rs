@@ -72,6 +72,14 @@ pub(crate) fn decide_update(
     if !guard::loosens_hold(adapter, old, new) {
         return Verdict::Allow;
     }
+    if unit.is_some() && jobs::pod_group::membership(old).is_some() {
+        // Its unit may hold quota while the member may not run: the gang
+        // is not complete, or the member is beyond the group's size.
+        return Verdict::Deny(format!(
+            "{what} stays held: it is queued as a member of a pod group, whose members only \
+             Koord-Queue releases (the group whole, within the size it was queued with)"
+        ));
+    }
     match (unit, owner) {
         (Some(unit), _) => Verdict::CheckRelease {
             namespace,
