@@ -133,19 +133,34 @@ pod:
   podHooks: true
   # A released pod cannot be gated again: sending it back deletes it.
   schedulerVerbs: [get, list, watch, patch, delete]
+lws:
+  # A LeaderWorkerSet has no suspend: each replica's pods are one pod group,
+  # gated, queued as one unit and released together.
+  group: ""
+  version: v1
+  resources: [pods]
+  subresources: [pods/resize]
+  # Reviewed by hooks of their own that select the pods by the label the LWS
+  # controller sets (leaderworkerset.sigs.k8s.io/name), in every opted-in
+  # namespace: no other pod costs a review.
+  lwsHooks: true
+  # A group's size is read from its LeaderWorkerSet.
+  reads: [leaderworkersets]
+  readsGroup: leaderworkerset.x-k8s.io
+  schedulerVerbs: [get, list, watch, patch, delete]
 {{- end }}
 
 {{/* The enabled extension keys in a fixed order, comma-separated; fails when none is. */}}
 {{- define "koord-queue.enabledKinds" -}}
 {{- $enabled := list }}
-{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" "trainjob" "pod" }}
+{{- range $key := list "batchjob" "tf" "pytorch" "mpi" "ray" "spark" "argo" "jobset" "trainjob" "pod" "lws" }}
 {{- $ext := index $.Values.extension $key }}
 {{- if and $ext $ext.enable }}
 {{- $enabled = append $enabled $key }}
 {{- end }}
 {{- end }}
 {{- if not $enabled }}
-{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset|trainjob|pod>.enable=true" }}
+{{- fail "no job kind is enabled: set at least one of extension.<batchjob|tf|pytorch|mpi|ray|spark|argo|jobset|trainjob|pod|lws>.enable=true" }}
 {{- end }}
 {{- join "," $enabled }}
 {{- end }}
