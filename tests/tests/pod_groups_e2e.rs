@@ -132,16 +132,29 @@ async fn a_tenants_pod_group_is_one_unit_released_whole_and_cannot_grow() {
         async move { pods.create(&PostParams::default(), &p).await }
     };
 
-    // Two of a gang of three: one unit for the group, sized for three, its
-    // quota reserved, and both members stay gated until the third exists.
+    // Two of a gang of three: one unit for the group, sized for three; it
+    // reserves no quota and both members stay gated until the third exists.
     for name in ["gang-0", "gang-1"] {
         let p = create(grouped(name, "gang", 3, &quota, "1")).await.unwrap();
         assert!(gated(&p), "held at creation");
         let annotations = p.metadata.annotations.unwrap();
         assert_eq!(annotations[keys::QUEUE_UNIT_ANNOTATION], "gang-group");
     }
-    wait_unit(&admin, &ns, "gang-group", &[Dequeued, Running]).await;
+    wait_unit(&admin, &ns, "gang-group", &[Enqueued]).await;
     let u = unit(&admin, &ns, "gang-group").await.unwrap();
+    let status = u.status.clone().unwrap();
+    assert!(
+        status.admissions.is_empty(),
+        "an incomplete gang holds no quota"
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("all 3 pods of the group")),
+        "{:?}",
+        status.message
+    );
     assert_eq!(u.spec.consumer_ref.kind.as_deref(), Some(GROUP_KIND));
     assert_eq!(u.spec.consumer_ref.name.as_deref(), Some("gang"));
     assert_eq!(u.spec.resource["cpu"].0, "3");
@@ -222,7 +235,8 @@ async fn a_tenants_pod_group_is_one_unit_released_whole_and_cannot_grow() {
 
 /// A LeaderWorkerSet's group of three (a 1-CPU leader, two 2-CPU workers)
 /// is one unit sized from the LeaderWorkerSet's templates, not from the
-/// pods; the group waits whole for quota and is released together.
+/// pods; an incomplete group reserves nothing, a complete one waits whole
+/// for quota and is released together.
 #[tokio::test]
 async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_together() {
     let cp = setup().await;
@@ -276,7 +290,8 @@ async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_togeth
             .unwrap();
         assert!(gated(&p));
     }
-    wait_unit(&admin, &ns, "llama-0-group", &[Dequeued, Running]).await;
+    // Two of its three pods exist: the replica reserves nothing yet.
+    wait_unit(&admin, &ns, "llama-0-group", &[Enqueued]).await;
     let u = unit(&admin, &ns, "llama-0-group").await.unwrap();
     assert_eq!(u.spec.resource["cpu"].0, "5", "leader 1 + 2 workers × 2");
     let sets: Vec<(String, i32)> = u
@@ -286,28 +301,24 @@ async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_togeth
         .map(|s| (s.name.clone(), s.count))
         .collect();
     assert_eq!(sets, [("leader".to_string(), 1), ("worker".to_string(), 2)]);
-    // The second replica is a unit of its own; with 5 of 8 CPU reserved it
-    // waits for quota.
+    // The second replica is a unit of its own: whole, it gets 5 of the 8 CPU
+    // and its three pods are released together.
     for (worker, cpu) in [(0, "1"), (1, "2"), (2, "2")] {
         pods.create(&PostParams::default(), &lws_pod(1, worker, cpu))
             .await
             .unwrap();
     }
-    wait_unit(&admin, &ns, "llama-1-group", &[Enqueued]).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        gated(&pods.get("llama-0").await.unwrap()),
-        "the group is released whole"
-    );
-    // The last worker of replica 0: the group is released together.
+    wait_released(&pods, &["llama-1", "llama-1-1", "llama-1-2"]).await;
+    // Replica 0 complete now needs 5 CPU where 3 are left: it waits whole.
     pods.create(&PostParams::default(), &lws_pod(0, 2, "2"))
         .await
         .unwrap();
-    wait_released(&pods, &["llama-0", "llama-0-1", "llama-0-2"]).await;
-    for name in ["llama-1", "llama-1-1", "llama-1-2"] {
+    wait_unit(&admin, &ns, "llama-0-group", &[Enqueued]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for name in ["llama-0", "llama-0-1", "llama-0-2"] {
         assert!(
             gated(&pods.get(name).await.unwrap()),
-            "{name}: no quota for replica 1 yet"
+            "{name}: no quota for replica 0 yet"
         );
     }
     // A pod naming a LeaderWorkerSet that does not exist is refused.
@@ -324,7 +335,7 @@ async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_togeth
         message.contains("LeaderWorkerSet") && message.contains("does not exist"),
         "{message}"
     );
-    // Replica 0 completes (its pods "run" 6 s): replica 1 gets the quota.
-    wait_unit(&admin, &ns, "llama-0-group", &[Succeed]).await;
-    wait_released(&pods, &["llama-1", "llama-1-1", "llama-1-2"]).await;
+    // Replica 1 completes (its pods "run" 6 s): replica 0 gets the quota.
+    wait_unit(&admin, &ns, "llama-1-group", &[Succeed]).await;
+    wait_released(&pods, &["llama-0", "llama-0-1", "llama-0-2"]).await;
 }

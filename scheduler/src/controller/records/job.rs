@@ -115,6 +115,11 @@ impl JobRecord {
         JobKey::new(kind, &self.namespace, &self.name)
     }
 
+    /// Whether this is a pod group member's record.
+    pub fn is_member(&self) -> bool {
+        matches!(self.grouping.as_deref(), Some(Grouping::Member { .. }))
+    }
+
     /// Whether this is a pod group's record.
     pub fn is_group(&self) -> bool {
         matches!(self.grouping.as_deref(), Some(Grouping::Group { .. }))
@@ -147,7 +152,7 @@ fn member_of(
         role: of.role,
         gated: adapter.is_held(pod),
         state: adapter.state(pod),
-        deleting: false,
+        deleting: metadata.deletion_timestamp.is_some(),
         created_ms,
         requests: Resources::new(),
     };

@@ -547,6 +547,18 @@ pub(super) fn sched_failed_reason(message: Option<&str>) -> String {
         )
 }
 
+/// Whether a job can start as a whole: a pod group once all its members
+/// exist (until then it reserves no quota — a gang that never completes
+/// must not hold any); every other job at once.
+pub(super) fn gang_complete(job: &JobRecord) -> bool {
+    match job.grouping.as_deref() {
+        Some(Grouping::Group { size, gated, .. }) => {
+            usize::try_from(*size).is_ok_and(|size| *gated >= size)
+        }
+        _ => true,
+    }
+}
+
 pub(super) fn finished(state: JobState) -> bool {
     matches!(state, JobState::Succeeded | JobState::Failed)
 }
@@ -563,7 +575,7 @@ pub(super) fn desired_membership(
     }
     match effective_phase(rec, job) {
         Some(QueueUnitPhase::Enqueued) => match job {
-            Some(j) if j.held && !j.deleting => Membership::Waiting,
+            Some(j) if j.held && !j.deleting && gang_complete(j) => Membership::Waiting,
             _ => Membership::Absent,
         },
         // Sent back while its job still runs: its pods use what the unit

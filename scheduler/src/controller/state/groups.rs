@@ -131,3 +131,97 @@ fn group_name(group_key: &JobKey) -> String {
     let text = group_key.to_string();
     text.splitn(3, '/').nth(2).unwrap_or_default().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use koord_queue_api::jobs::pod::{POD_KIND, SCHEDULING_GATE};
+    use koord_queue_api::jobs::watched::WatchedJob;
+    use serde_json::json;
+
+    use super::*;
+
+    fn member(name: &str, gated: bool, phase: &str, created: &str) -> JobRecord {
+        let gates = if gated {
+            json!([{ "name": SCHEDULING_GATE }])
+        } else {
+            json!([])
+        };
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "creationTimestamp": created,
+                "labels": { pod_group::POD_GROUP_LABEL: "train" },
+                "annotations": { keys::QUEUE_UNIT_ANNOTATION: "train-group",
+                                 pod_group::POD_GROUP_SIZE_ANNOTATION: "2" } },
+            "spec": { "schedulingGates": gates, "containers": [] },
+            "status": { "phase": phase },
+        });
+        let adapter = koord_queue_api::jobs::for_kind("", POD_KIND.kind).unwrap();
+        JobRecord::from_object(adapter, WatchedJob::from_value(&pod).unwrap()).unwrap()
+    }
+
+    fn counts(rec: &JobRecord) -> (usize, usize) {
+        match rec.grouping.as_deref() {
+            Some(Grouping::Group {
+                gated, released, ..
+            }) => (*gated, *released),
+            other => panic!("not a group: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn members_fold_into_one_record_of_their_group_that_goes_with_the_last() {
+        let mut groups = Groups::default();
+        let first = member("b", true, "Pending", "2026-01-01T00:00:02Z");
+        assert!(first.is_member());
+        let (key, rec) = groups.apply(first).unwrap();
+        assert_eq!(key.to_string(), "PodGroup/ns/train");
+        assert_eq!(rec.key(), key);
+        assert_eq!(
+            (rec.name.as_str(), rec.unit_name.as_str()),
+            ("train", "train-group")
+        );
+        assert_eq!(rec.uid, "PodGroup/ns/train");
+        assert!(rec.held && rec.is_group());
+        assert_eq!(counts(&rec), (1, 0));
+        // An older member: Events go to it, and the group is as old as it.
+        let (_, rec) = groups
+            .apply(member("a", true, "Pending", "2026-01-01T00:00:01Z"))
+            .unwrap();
+        assert_eq!(counts(&rec), (2, 0));
+        match rec.grouping.as_deref() {
+            Some(Grouping::Group {
+                member,
+                selector,
+                size,
+                ..
+            }) => {
+                assert_eq!((member.0.as_str(), member.1.as_str()), ("a", "uid-a"));
+                assert_eq!(
+                    (selector.as_str(), *size),
+                    ("koord-queue/pod-group=train", 2)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Released and running: no longer held.
+        let (_, rec) = groups
+            .apply(member("a", false, "Running", "2026-01-01T00:00:01Z"))
+            .unwrap();
+        assert!(!rec.held);
+        assert_eq!(rec.state, JobState::Running);
+        assert_eq!(counts(&rec), (1, 1));
+        let mut pods = groups.member_pods();
+        pods.sort();
+        assert_eq!(pods, [("ns".into(), "a".into()), ("ns".into(), "b".into())]);
+        // Members go; the group goes with the last one. A pod that was no
+        // member is not the groups' business.
+        let (_, after) = groups.remove("ns", "a").unwrap();
+        assert_eq!(after.map(|r| counts(&r)), Some((1, 0)));
+        assert!(groups.remove("ns", "other").is_none());
+        let (key, after) = groups.remove("ns", "b").unwrap();
+        assert_eq!(key.to_string(), "PodGroup/ns/train");
+        assert!(after.is_none());
+        assert!(groups.member_pods().is_empty());
+    }
+}

@@ -111,10 +111,14 @@ impl Controller {
     pub(super) fn on_job(&mut self, kind: &'static str, change: Change<Box<JobRecord>>) {
         match change {
             Change::Applied(rec) => {
-                let (job_key, rec) = match self.groups.apply((*rec).clone()) {
+                let (job_key, rec) = if rec.is_member() {
                     // A member: its group's record changes.
-                    Some(group) => group,
-                    None => (rec.key(), *rec),
+                    match self.groups.apply(*rec) {
+                        Some(group) => group,
+                        None => return,
+                    }
+                } else {
+                    (rec.key(), *rec)
                 };
                 self.job_applied(job_key, rec);
             }

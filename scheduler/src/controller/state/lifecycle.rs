@@ -186,7 +186,7 @@ impl Controller {
             let Some(st) = self.units.get(&k) else {
                 continue;
             };
-            if st.awaiting || st.rec.phase.is_some() || st.member != Membership::Waiting {
+            if st.awaiting || st.rec.phase.is_some() {
                 continue;
             }
             let Some(job) = self
@@ -196,10 +196,23 @@ impl Controller {
             else {
                 continue;
             };
+            // An incomplete pod group waits outside the core (it reserves
+            // nothing), Enqueued all the same.
+            if st.member != Membership::Waiting && gang_complete(job) {
+                continue;
+            }
+            let message = match job.grouping.as_deref() {
+                Some(Grouping::Group { size, .. }) if !gang_complete(job) => format!(
+                    "waiting for all {size} pods of the group to exist (a pod group reserves no \
+                     quota before), then in queue {}",
+                    queue_of(&st.rec)
+                ),
+                _ => format!("waiting in queue {}", queue_of(&st.rec)),
+            };
             let write = Write::Enqueue {
                 unit: k.clone(),
                 job: job_ref(job),
-                message: format!("waiting in queue {}", queue_of(&st.rec)),
+                message,
             };
             self.submit_unit_write(&k, Intent::keep(write));
         }
