@@ -93,6 +93,9 @@ struct Pending {
     namespace: String,
     job: String,
     unit: String,
+    /// The unit is a pod group's, which every member names: the first
+    /// member's admission creates it, the others' find it.
+    group: Option<String>,
     answered: Instant,
     /// Its place in the backlog, given back once it is done with.
     _room: OwnedSemaphorePermit,
@@ -206,6 +209,8 @@ impl UnitCreator {
             namespace: unit.metadata.namespace.clone().unwrap_or_default(),
             job: job.to_string(),
             unit: unit.metadata.name.clone().unwrap_or_default(),
+            group: (unit.spec.consumer_ref.kind.as_deref() == Some(jobs::pod_group::GROUP_KIND))
+                .then(|| unit.spec.consumer_ref.name.clone().unwrap_or_default()),
             answered: Instant::now(),
         };
         let sender = self.backlog.lock().ok().and_then(|tx| tx.clone());
@@ -369,6 +374,26 @@ impl Shared {
                 pending.namespace, pending.job
             ),
         };
+        if let Some(group) = &pending.group {
+            // A later member: nothing to create if the group's unit exists
+            // (one read instead of reading the pod, its LeaderWorkerSet and
+            // a create refused as a conflict). Nothing is built from the
+            // review either way.
+            match self.api.get_unit(&pending.namespace, &pending.unit).await {
+                Ok(Some(existing))
+                    if existing.spec.consumer_ref.kind.as_deref()
+                        == Some(jobs::pod_group::GROUP_KIND)
+                        && existing.spec.consumer_ref.name.as_ref() == Some(group) =>
+                {
+                    return Attempt::Done;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.count_error("api");
+                    return Attempt::Failed(api_error(e, "reading the group's unit failed"));
+                }
+            }
+        }
         let mut stored = match self
             .api
             .get_job(pending.adapter.kind(), &pending.namespace, &pending.job)
