@@ -203,29 +203,30 @@ async fn a_tenants_pod_group_is_one_unit_released_whole_and_cannot_grow() {
         "beyond the size"
     );
 
-    // A group sized by its first member (1 CPU): a larger member never runs
-    // on it, whatever the group waits for; a member that fits completes it.
+    // A group sized by its first member (2 × 500m): once its unit exists a
+    // larger member, or one that says another size, is refused at once.
     create(grouped("big-0", "big", 2, &quota, "500m"))
         .await
         .unwrap();
-    create(grouped("big-1", "big", 2, &quota, "2"))
-        .await
-        .unwrap();
-    wait_unit(&admin, &ns, "big-group", &[Dequeued, Running]).await;
+    wait_unit(&admin, &ns, "big-group", &[Enqueued]).await;
     assert_eq!(
         unit(&admin, &ns, "big-group").await.unwrap().spec.resource["cpu"].0,
         "1"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(gated(&admin_pods.get("big-0").await.unwrap()));
+    let message = refusal(create(grouped("big-1", "big", 2, &quota, "2")).await);
+    assert!(
+        message.contains("cannot join pod group big") && message.contains("more than the"),
+        "{message}"
+    );
+    let message = refusal(create(grouped("big-1", "big", 5, &quota, "500m")).await);
+    assert!(
+        message.contains("queued with 2 pods and this pod says 5"),
+        "{message}"
+    );
     create(grouped("big-2", "big", 2, &quota, "500m"))
         .await
         .unwrap();
     wait_released(&admin_pods, &["big-0", "big-2"]).await;
-    assert!(
-        gated(&admin_pods.get("big-1").await.unwrap()),
-        "larger than the group was sized"
-    );
 
     // The gang completes: its unit succeeds and frees the quota.
     wait_unit(&admin, &ns, "gang-group", &[Succeed]).await;

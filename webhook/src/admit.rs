@@ -31,6 +31,9 @@ pub enum Verdict {
         adapter: &'static dyn JobAdapter,
         /// The job's name (a pod group's unit names the group instead).
         job: String,
+        /// A pod group's member: checked against the group's unit, if it
+        /// exists, before it is let in.
+        member: Option<Box<GroupMember>>,
     },
     /// The UPDATE lifts the hold of a queued job: allowed only if the unit
     /// named here holds quota now (released, not finished).
@@ -64,6 +67,19 @@ pub enum Verdict {
     },
     /// Refuse, with the message the user sees.
     Deny(String),
+}
+
+/// What a pod group's member must agree with in its group's unit.
+#[derive(Debug)]
+pub struct GroupMember {
+    /// The group.
+    pub group: String,
+    /// Its pod set in the group.
+    pub role: &'static str,
+    /// The group's size as the member says.
+    pub size: i32,
+    /// What the member requests.
+    pub requests: koord_queue_api::Resources,
 }
 
 /// The objects of a request as raw JSON. They are taken out of the review
@@ -169,11 +185,30 @@ fn hold_and_queue(
     };
 
     // The members of a pod group name the group's one unit.
+    let mut member = None;
     let unit_name = match jobs::pod_group::membership(job) {
-        None => unit_name(name, &request.uid),
-        Some(Ok(member)) if adapter.kind() == &jobs::pod::POD_KIND => member.unit_name(),
-        Some(Ok(_)) => unit_name(name, &request.uid),
-        Some(Err(e)) => return Verdict::Deny(format!("{what} cannot be queued: {e}")),
+        Some(Ok(m)) if adapter.kind() == &jobs::pod::POD_KIND => {
+            let requests = match adapter.pod_sets(job) {
+                Ok(sets) => sets
+                    .into_iter()
+                    .next()
+                    .map(|s| s.per_pod)
+                    .unwrap_or_default(),
+                Err(e) => return Verdict::Deny(format!("{what} cannot be queued: {e}")),
+            };
+            let name = m.unit_name();
+            member = Some(Box::new(GroupMember {
+                group: m.group,
+                role: m.role,
+                size: m.size,
+                requests,
+            }));
+            name
+        }
+        Some(Err(e)) if adapter.kind() == &jobs::pod::POD_KIND => {
+            return Verdict::Deny(format!("{what} cannot be queued: {e}"));
+        }
+        _ => unit_name(name, &request.uid),
     };
     let mut held = job.clone();
     if job
@@ -220,6 +255,7 @@ fn hold_and_queue(
             unit: Box::new(unit),
             adapter,
             job: name.to_string(),
+            member,
         },
         Err(message) => Verdict::Deny(format!("{what} cannot be queued: {message}")),
     }

@@ -13,7 +13,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde_json::Value;
 use tracing::{Instrument, field};
 
-use crate::admit::{self, RequestObjects, Verdict};
+use crate::admit::{self, GroupMember, RequestObjects, Verdict};
 use crate::api_access::ApiAccess;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::ownership::{self, NotProven};
@@ -258,6 +258,51 @@ impl Webhook {
         }
     }
 
+    /// Whether the pod group a member joins has its unit already (`Ok(true)`:
+    /// nothing to create); `Err` when the member does not fit it — larger
+    /// than the pod the group was sized with, or another size — or it
+    /// cannot be read. A unit that ended is the group's past: the
+    /// scheduler gives its next members a new one.
+    async fn group_unit(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        unit: &QueueUnit,
+        member: &GroupMember,
+    ) -> Result<bool, String> {
+        use koord_queue_api::jobs::pod_group;
+        let namespace = request.namespace.as_deref().unwrap_or_default();
+        let name = unit.metadata.name.as_deref().unwrap_or_default();
+        let what = format!("Pod {namespace}/{}", request.name);
+        let stored = self.api.get_unit(namespace, name).await.map_err(|e| {
+            format!("{what} cannot be queued now: reading its group's QueueUnit {name} failed: {e}; retry")
+        })?;
+        let Some(stored) = stored else {
+            return Ok(false);
+        };
+        let ended = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p.is_finished());
+        if ended || stored.spec.consumer_ref.name.as_deref() != Some(member.group.as_str()) {
+            return Ok(false);
+        }
+        pod_group::fits_unit(
+            member.role,
+            member.size,
+            &member.requests,
+            &pod_group::set_limits(&stored),
+        )
+        .map(|()| true)
+        .map_err(|why| {
+            format!(
+                "{what} cannot join pod group {}: {why} (QueueUnit {name}). The size of a queued \
+                 group is fixed; a new group needs a new name",
+                member.group
+            )
+        })
+    }
+
     /// The request's objects with what their size is computed from attached
     /// (a TrainJob's runtime, [`crate::size_inputs`]); `None` when the kind
     /// needs nothing; `Err` is the refusal.
@@ -349,8 +394,17 @@ impl Webhook {
                 unit,
                 adapter,
                 job,
+                member,
             } => {
+                let joins = match member {
+                    Some(member) => match self.group_unit(request, &unit, &member).await {
+                        Ok(joins) => joins,
+                        Err(message) => return (allow.deny(message), "denied"),
+                    },
+                    None => false,
+                };
                 if !request.dry_run
+                    && !joins
                     && let Err(message) = self.units.create(adapter, &unit, &job).await
                 {
                     return (allow.deny(message), "denied");

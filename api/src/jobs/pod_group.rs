@@ -339,6 +339,48 @@ pub struct SetLimit {
     pub per_pod: Resources,
 }
 
+/// The pod sets of a group's `unit` as limits: what the group was sized as.
+pub fn set_limits(unit: &crate::QueueUnit) -> Vec<SetLimit> {
+    unit.spec
+        .pod_set
+        .iter()
+        .filter_map(|set| {
+            let template = serde_json::to_value(&set.template).ok()?;
+            Some(SetLimit {
+                role: set.name.clone(),
+                count: set.count,
+                per_pod: super::pod_template_requests(&template).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Whether a member of `role` requesting `requests`, that says its group
+/// has `size` pods, fits the group's unit sized as `sets`; else why not.
+pub fn fits_unit(
+    role: &str,
+    size: i32,
+    requests: &Resources,
+    sets: &[SetLimit],
+) -> Result<(), String> {
+    let sized: i32 = sets.iter().map(|s| s.count).sum();
+    if sized != size {
+        return Err(format!(
+            "the group was queued with {sized} pods and this pod says {size}"
+        ));
+    }
+    let Some(set) = sets.iter().find(|s| s.role == role) else {
+        return Err(format!("the group's unit has no {role} pods"));
+    };
+    if !fits(requests, &set.per_pod) {
+        return Err(format!(
+            "it requests {requests}, more than the {} {role} pod the group was sized with",
+            set.per_pod
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `requests` stays within `limit` for every resource it names.
 fn fits(requests: &Resources, limit: &Resources) -> bool {
     requests.iter().all(|(r, v)| v <= limit.get(r))
@@ -527,5 +569,23 @@ mod tests {
             member("w9", WORKER_ROLE, true, Pending, 1000),
         ];
         assert!(release_plan(&full, &sets).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_member_fits_its_units_size_and_role_or_is_told_why_not() {
+        let sets = [limit(LEADER_ROLE, 1, 2000), limit(WORKER_ROLE, 2, 1000)];
+        let cpu = |n| Resources::from_iter([("cpu".to_string(), n)]);
+        assert!(fits_unit(WORKER_ROLE, 3, &cpu(1000), &sets).is_ok());
+        let larger = fits_unit(WORKER_ROLE, 3, &cpu(1500), &sets).unwrap_err();
+        assert!(
+            larger.contains("more than the cpu: 1 worker pod"),
+            "{larger}"
+        );
+        let resized = fits_unit(WORKER_ROLE, 4, &cpu(1000), &sets).unwrap_err();
+        assert!(
+            resized.contains("queued with 3 pods and this pod says 4"),
+            "{resized}"
+        );
+        assert!(fits_unit(MEMBER_ROLE, 3, &cpu(1), &sets).is_err());
     }
 }

@@ -8,7 +8,7 @@
 //! whatever reached the webhook.
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_queue_api::jobs::pod_group::{self, Member, SetLimit};
+use koord_queue_api::jobs::pod_group::{self, Member};
 use koord_queue_api::jobs::{self, HoldWrite, JobState};
 use koord_queue_api::keys;
 use kube::api::ListParams;
@@ -84,19 +84,7 @@ impl Writer {
         let Some(stored) = self.units(ns).get_opt(unit_name).await? else {
             return Ok(());
         };
-        let sets: Vec<SetLimit> = stored
-            .spec
-            .pod_set
-            .iter()
-            .filter_map(|set| {
-                let template = serde_json::to_value(&set.template).ok()?;
-                Some(SetLimit {
-                    role: set.name.clone(),
-                    count: set.count,
-                    per_pod: jobs::pod_template_requests(&template).ok()?,
-                })
-            })
-            .collect();
+        let sets = pod_group::set_limits(&stored);
         let listed = self.members(job, group, unit_name).await?;
         let members: Vec<Member> = listed.iter().map(|l| l.member.clone()).collect();
         let lift = match pod_group::release_plan(&members, &sets) {
