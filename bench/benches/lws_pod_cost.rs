@@ -9,7 +9,7 @@
 //! No kube-scheduler runs: released pods stay unplaced, which leaves out
 //! only binding, the same in both.
 //!
-//!   cargo bench -p koord-queue-bench --bench lws_pod_cost -- [--replicas N] [--size N] [--out FILE]
+//!   cargo bench -p koord-queue-bench --bench lws_pod_cost -- [--replicas N] [--size N] [--out /absolute/file.json]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
