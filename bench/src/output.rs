@@ -135,6 +135,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         + api_stats::total_of(&r.client_requests, Component::Runner);
     let suspensions: usize = r.timelines.iter().map(|j| j.suspensions.len()).sum();
     let finished_suspended = r.timelines.iter().filter(|j| j.suspended_finished).count();
+    let completed_suspended = r.timelines.iter().filter(|j| j.completed_suspended).count();
     json!({
         "jobs": r.jobs,
         "wall_seconds": round(r.wall_seconds, 2),
@@ -159,7 +160,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
         "peak_root_cpu": r.unit_usage.as_ref().map(|u| u.root_peak as f64 / 1000.0),
         "per_quota": per_quota,
-        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "finished_jobs_suspended": finished_suspended },
+        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "finished_jobs_suspended": finished_suspended, "suspended_jobs_completed_by_the_runtime": completed_suspended },
         "unit_phase_entries": r.phase_entries,
         "resources": {
             "process_cpu_seconds": round(r.cpu.process_seconds, 2),

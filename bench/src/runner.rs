@@ -90,9 +90,12 @@ pub struct JobTimeline {
     /// The completion write was answered OK (the API says complete from
     /// then on, whenever this runtime's watch shows it).
     pub completion_written: Option<f64>,
-    /// Seen suspended after it was seen complete: a reclaim or preemption
-    /// of a finished job (goal: never).
+    /// Seen suspended after it was seen complete and running: a reclaim or
+    /// preemption of a finished job (goal: never).
     pub suspended_finished: bool,
+    /// Seen complete while suspended from the first: this runtime completed
+    /// a job that had been suspended (its own race; goal: never).
+    pub completed_suspended: bool,
     released_now: bool,
     generation: u64,
     /// resourceVersion of the newest state seen: an older one is ignored.
@@ -422,9 +425,20 @@ impl Runner {
         }
         timeline.last_rv = timeline.last_rv.max(rv);
         if complete {
-            if suspended && timeline.finished.is_some() && !timeline.suspended_finished {
-                timeline.suspended_finished = true;
-                tracing::warn!(job = %object, "a finished job was suspended");
+            // Which side is wrong: a job seen complete and running, then
+            // suspended, was suspended by the queue after it finished; one
+            // complete and suspended when first seen complete was completed
+            // by this runtime after it was suspended.
+            match (timeline.finished.is_some(), suspended) {
+                (true, true) if !timeline.completed_suspended && !timeline.suspended_finished => {
+                    timeline.suspended_finished = true;
+                    tracing::warn!(job = %object, "a finished job was suspended");
+                }
+                (false, true) => {
+                    timeline.completed_suspended = true;
+                    tracing::warn!(job = %object, "a suspended job was completed");
+                }
+                _ => {}
             }
             if timeline.finished.is_none() {
                 timeline.finished = Some(t);
@@ -529,18 +543,16 @@ impl Runner {
     }
 
     /// A state this runtime wrote itself is the newest it knows, before
-    /// its watch shows it: a conditional write after it must not conflict
-    /// with it. (It is not acted on: the watch brings it.)
-    fn observe_rv(&self, i: usize, job: &Job) {
-        let rv = job
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok());
-        if let (Some(rv), Ok(mut st)) = (rv, self.state.lock()) {
-            let t = &mut st.jobs[i];
-            t.last_rv = t.last_rv.max(rv);
-        }
+    /// its watch shows it: it is acted on now (level-triggered), so that a
+    /// conditional write after it neither conflicts with it nor passes a
+    /// change it carries. A write answered with the job suspended (the
+    /// queue's reclaim landed before it) ends this run: only moving the
+    /// resourceVersion on, as before, dropped that suspension as "older
+    /// than seen" when the watch brought it, and the completion, made
+    /// conditional on the newer resourceVersion, then completed a
+    /// suspended job.
+    fn observe(self: &Arc<Self>, job: &Job) {
+        self.on_job(job);
     }
 
     fn current(&self, i: usize, generation: u64) -> bool {
@@ -589,7 +601,7 @@ impl Runner {
             };
             match result {
                 Ok(written) => {
-                    self.observe_rv(i, &written);
+                    self.observe(&written);
                     return true;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 && conditional => {
