@@ -570,3 +570,23 @@ pub async fn message_of(client: &kube::Client, namespace: &str, name: &str) -> R
         .and_then(|u| u.status.and_then(|s| s.message))
         .unwrap_or_default())
 }
+
+/// Whether `pod` still carries the queue's scheduling gate.
+pub fn gated(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| {
+            g.iter()
+                .any(|g| g.name == koord_queue_api::jobs::pod::SCHEDULING_GATE)
+        })
+}
+
+/// The message of the API server's refusal of `result` (panics when it was
+/// not refused: a test expected it to be).
+pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -17,7 +17,7 @@ use koord_queue_api::jobs::pod_group::*;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::{QueueUnit, keys};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::create_quota;
+use koord_queue_tests::e2e::{create_quota, gated, refusal};
 use koord_queue_tests::{ControlPlane, fixtures, job_crds, scheduler, shared, tenant, webhook};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -67,13 +67,6 @@ fn grouped(name: &str, group: &str, size: i32, quota: &str, cpu: &str) -> Pod {
     )
 }
 
-fn gated(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE))
-}
-
 async fn unit(admin: &kube::Client, ns: &str, name: &str) -> Option<QueueUnit> {
     Api::<QueueUnit>::namespaced(admin.clone(), ns)
         .get_opt(name)
@@ -92,8 +85,7 @@ async fn wait_unit(admin: &kube::Client, ns: &str, name: &str, phases: &[QueueUn
     .unwrap_or_else(|e| panic!("unit {name} never reached {phases:?}: {e:#}"));
 }
 
-/// Waits until every pod of `names` is ungated, then returns whether any of
-/// `others` is ungated.
+/// Waits until every pod of `names` is ungated.
 async fn wait_released(pods: &Api<Pod>, names: &[&str]) {
     fixtures::eventually(LONG, || async {
         for name in names {
@@ -105,13 +97,6 @@ async fn wait_released(pods: &Api<Pod>, names: &[&str]) {
     })
     .await
     .unwrap_or_else(|e| panic!("{names:?} were never all released: {e:#}"));
-}
-
-fn refusal(result: Result<Pod, kube::Error>) -> String {
-    match result {
-        Err(kube::Error::Api(status)) => status.message,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -276,13 +261,17 @@ async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_togeth
         } else {
             format!("llama-{group}-{worker}")
         };
-        member(
-            &name,
+        // The labels of the LWS StatefulSets' templates: a leader's names
+        // its place ("0") but not its group, a worker's its group but not its
+        // place; LWS's own pod webhook (not installed here) adds the rest
+        // from the pod's name, as Koord-Queue's reads it.
+        let labels = if worker == 0 {
+            json!({ keys::QUOTA_NAME_LABEL: quota, LWS_NAME_LABEL: "llama", LWS_WORKER_INDEX_LABEL: "0" })
+        } else {
             json!({ keys::QUOTA_NAME_LABEL: quota, LWS_NAME_LABEL: "llama",
-                LWS_GROUP_INDEX_LABEL: group.to_string(), LWS_WORKER_INDEX_LABEL: worker.to_string() }),
-            json!({ LWS_SIZE_ANNOTATION: "3" }),
-            cpu,
-        )
+                LWS_GROUP_INDEX_LABEL: group.to_string() })
+        };
+        member(&name, labels, json!({ LWS_SIZE_ANNOTATION: "3" }), cpu)
     };
     for (worker, cpu) in [(0, "1"), (1, "2")] {
         let p = pods
@@ -290,6 +279,8 @@ async fn a_leaderworkerset_group_is_sized_from_its_templates_and_released_togeth
             .await
             .unwrap();
         assert!(gated(&p));
+        // The leader is labelled with its group, which lists its members.
+        assert_eq!(p.metadata.labels.unwrap()[LWS_GROUP_INDEX_LABEL], "0");
     }
     // Two of its three pods exist: the replica reserves nothing yet.
     wait_unit(&admin, &ns, "llama-0-group", &[Enqueued]).await;

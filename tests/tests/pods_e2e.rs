@@ -15,7 +15,7 @@ use koord_queue_api::jobs::pod::SCHEDULING_GATE;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::{QueueUnit, keys};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{self, create_quota, job_yaml};
+use koord_queue_tests::e2e::{self, create_quota, gated, job_yaml, refusal};
 use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, tenant, webhook};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -78,25 +78,11 @@ async fn wait_unit(admin: &kube::Client, ns: &str, name: &str, phases: &[QueueUn
     .unwrap_or_else(|e| panic!("pod {name} never reached {phases:?}: {e:#}"));
 }
 
-fn gated(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE))
-}
-
 fn phase(pod: &Pod) -> String {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.clone())
         .unwrap_or_default()
-}
-
-fn refusal(result: Result<Pod, kube::Error>) -> String {
-    match result {
-        Err(kube::Error::Api(status)) => status.message,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 }
 
 #[tokio::test]

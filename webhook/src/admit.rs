@@ -186,8 +186,12 @@ fn hold_and_queue(
 
     // The members of a pod group name the group's one unit.
     let mut member = None;
+    let mut group_index = None;
     let unit_name = match jobs::pod_group::membership(job) {
         Some(Ok(m)) if adapter.kind() == &jobs::pod::POD_KIND => {
+            if let jobs::pod_group::GroupSource::LeaderWorkerSet { index, .. } = &m.source {
+                group_index = Some(index.clone());
+            }
             let requests = match adapter.pod_sets(job) {
                 Ok(sets) => sets
                     .into_iter()
@@ -223,6 +227,16 @@ fn hold_and_queue(
         return Verdict::Deny(format!("{what} cannot be queued: {reason}"));
     }
     adapter.hold(&mut held);
+    if let Some(index) = group_index {
+        // The label LWS's own pod webhook would add to a leader (read from
+        // its name when this webhook is called first): the group's members
+        // are listed by it.
+        jobs::set_path(
+            &mut held,
+            &["metadata", "labels", jobs::pod_group::LWS_GROUP_INDEX_LABEL],
+            Value::String(index),
+        );
+    }
     if adapter.labels_queued() {
         jobs::set_path(
             &mut held,

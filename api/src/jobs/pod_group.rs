@@ -164,33 +164,58 @@ pub fn membership(pod: &Value) -> Option<Result<Membership, AdapterError>> {
         });
     }
     let set = label(pod, LWS_NAME_LABEL)?;
-    Some((|| {
-        let index = label(pod, LWS_GROUP_INDEX_LABEL).ok_or_else(|| {
+    Some(lws_membership(pod, set))
+}
+
+/// The ordinal a StatefulSet put at the end of pod `name`, and what is
+/// before it (`llama-2-1` → `llama-2`, 1).
+fn ordinal(name: &str) -> Option<(&str, &str)> {
+    let (parent, n) = name.rsplit_once('-')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some((parent, n))
+}
+
+/// A LeaderWorkerSet pod's group and role. The LWS controller's own pod
+/// webhook adds the group index to a leader and the worker index to a
+/// worker, from the pod's ordinal; when this webhook is called first (the
+/// API server calls mutating webhooks in the order of their
+/// configurations' names) they are read from the name as LWS reads them.
+/// The leader's StatefulSet template labels it `worker-index: "0"`.
+fn lws_membership(pod: &Value, set: &str) -> Result<Membership, AdapterError> {
+    let name = get_path(pod, &["metadata", "name"])
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let role = match label(pod, LWS_WORKER_INDEX_LABEL) {
+        Some("0") => LEADER_ROLE,
+        _ => WORKER_ROLE,
+    };
+    let from_name = match role {
+        // `<lws>-<group>`
+        LEADER_ROLE => ordinal(name).map(|(_, group)| group),
+        // `<lws>-<group>-<worker>`
+        _ => ordinal(name)
+            .and_then(|(parent, _)| ordinal(parent))
+            .map(|(_, group)| group),
+    };
+    let index = label(pod, LWS_GROUP_INDEX_LABEL)
+        .or(from_name)
+        .ok_or_else(|| {
             invalid(
                 format!("metadata.labels[{LWS_GROUP_INDEX_LABEL}]"),
-                "a LeaderWorkerSet's pod names its group",
+                format!(
+                    "a LeaderWorkerSet's pod names its group, by this label or by its name \
+                     ({name:?} ends in no group ordinal)"
+                ),
             )
         })?;
-        let role = match label(pod, LWS_WORKER_INDEX_LABEL) {
-            Some("0") => LEADER_ROLE,
-            Some(_) => WORKER_ROLE,
-            None => {
-                return Err(invalid(
-                    format!("metadata.labels[{LWS_WORKER_INDEX_LABEL}]"),
-                    "a LeaderWorkerSet's pod names its place in the group",
-                ));
-            }
-        };
-        Ok(Membership {
-            group: format!("{set}-{index}"),
-            source: GroupSource::LeaderWorkerSet {
-                set: set.to_string(),
-                index: index.to_string(),
-            },
-            size: size_of(pod, LWS_SIZE_ANNOTATION)?,
-            role,
-        })
-    })())
+    Ok(Membership {
+        group: format!("{set}-{index}"),
+        source: GroupSource::LeaderWorkerSet {
+            set: set.to_string(),
+            index: index.to_string(),
+        },
+        size: size_of(pod, LWS_SIZE_ANNOTATION)?,
+        role,
+    })
 }
 
 /// The pod sets of `job`'s unit: the job's own, except for a member of a

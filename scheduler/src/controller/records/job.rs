@@ -144,7 +144,7 @@ fn member_of(
         return None;
     }
     let meta = serde_json::json!({ "metadata": {
-        "labels": labels, "annotations": metadata.annotations,
+        "name": metadata.name, "labels": labels, "annotations": metadata.annotations,
     }});
     let of = pod_group::membership(&meta)?.ok()?;
     let member = Member {
