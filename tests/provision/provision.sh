@@ -15,6 +15,10 @@ KWOK_VERSION=v0.8.0
 # field its defaulting webhook would). v1.11.5 is the newest release whose
 # commands are packages of the root module, buildable from the module proxy.
 CERT_MANAGER_VERSION=v1.11.5
+# The LeaderWorkerSet controller (and its webhooks), for the end-to-end tier:
+# v0.9.0 is the newest release the module proxy serves (v0.10.0, the CRD's
+# version in tests/upstream-crds, is refused).
+LWS_VERSION=v0.9.0
 # An in-memory OCI registry on localhost: the install guide's test pushes the
 # images to it (go-containerregistry's cmd/registry).
 GO_CONTAINERREGISTRY_VERSION=v0.20.6
@@ -97,6 +101,10 @@ build_cert_manager() {
     -o "$out" "$pkg/cmd/$cmd")
 }
 
+build_lws() {
+  (cd "$here/lws" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" sigs.k8s.io/lws/cmd)
+}
+
 # cert-manager's CRDs as the module ships them (deploy/crds): Helm templates
 # whose only template lines are labels; those lines are dropped.
 fetch_cert_manager_crds() {
@@ -146,6 +154,7 @@ for f in cert-manager-controller cert-manager-cainjector; do
 done
 [ -s "$cache/store/cert-manager-$CERT_MANAGER_VERSION/crds.yaml" ] || missing=1
 [ -x "$cache/store/go-containerregistry-$GO_CONTAINERREGISTRY_VERSION/oci-registry" ] || missing=1
+[ -x "$cache/store/lws-$LWS_VERSION/lws-controller" ] || missing=1
 if [ "$missing" = 1 ]; then
   need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
 fi
@@ -160,6 +169,7 @@ for f in cert-manager-controller cert-manager-cainjector; do
 done
 fetch_cert_manager_crds
 install_versioned oci-registry "go-containerregistry-$GO_CONTAINERREGISTRY_VERSION" build_registry
+install_versioned lws-controller "lws-$LWS_VERSION" build_lws
 fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"

@@ -15,6 +15,7 @@ pub mod install;
 pub mod job_crds;
 pub mod kubeconfig;
 pub mod load;
+pub mod lws;
 pub mod metrics;
 pub mod oci;
 pub mod pki;

@@ -31,6 +31,8 @@ pub enum Tool {
     CertManagerCrds,
     /// An in-memory OCI registry (go-containerregistry's `cmd/registry`).
     OciRegistry,
+    /// The LeaderWorkerSet controller with its webhooks (`sigs.k8s.io/lws/cmd`).
+    LwsController,
 }
 
 impl Tool {
@@ -48,6 +50,7 @@ impl Tool {
             Self::CertManagerCainjector => "cert-manager-cainjector",
             Self::CertManagerCrds => "cert-manager-crds.yaml",
             Self::OciRegistry => "oci-registry",
+            Self::LwsController => "lws-controller",
         }
     }
 }
