@@ -19,6 +19,8 @@ CERT_MANAGER_VERSION=v1.11.5
 # v0.9.0 is the newest release the module proxy serves (v0.10.0, the CRD's
 # version in tests/upstream-crds, is refused).
 LWS_VERSION=v0.9.0
+# The JobSet controller (and its webhooks), for the end-to-end tier.
+JOBSET_VERSION=v0.12.0
 # An in-memory OCI registry on localhost: the install guide's test pushes the
 # images to it (go-containerregistry's cmd/registry).
 GO_CONTAINERREGISTRY_VERSION=v0.20.6
@@ -101,6 +103,10 @@ build_cert_manager() {
     -o "$out" "$pkg/cmd/$cmd")
 }
 
+build_jobset() {
+  (cd "$here/jobset" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" sigs.k8s.io/jobset)
+}
+
 build_lws() {
   (cd "$here/lws" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" sigs.k8s.io/lws/cmd)
 }
@@ -155,6 +161,7 @@ done
 [ -s "$cache/store/cert-manager-$CERT_MANAGER_VERSION/crds.yaml" ] || missing=1
 [ -x "$cache/store/go-containerregistry-$GO_CONTAINERREGISTRY_VERSION/oci-registry" ] || missing=1
 [ -x "$cache/store/lws-$LWS_VERSION/lws-controller" ] || missing=1
+[ -x "$cache/store/jobset-$JOBSET_VERSION/jobset-controller" ] || missing=1
 if [ "$missing" = 1 ]; then
   need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
 fi
@@ -170,6 +177,7 @@ done
 fetch_cert_manager_crds
 install_versioned oci-registry "go-containerregistry-$GO_CONTAINERREGISTRY_VERSION" build_registry
 install_versioned lws-controller "lws-$LWS_VERSION" build_lws
+install_versioned jobset-controller "jobset-$JOBSET_VERSION" build_jobset
 fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"

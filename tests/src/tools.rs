@@ -33,6 +33,8 @@ pub enum Tool {
     OciRegistry,
     /// The LeaderWorkerSet controller with its webhooks (`sigs.k8s.io/lws/cmd`).
     LwsController,
+    /// The JobSet controller with its webhooks (`sigs.k8s.io/jobset`).
+    JobSetController,
 }
 
 impl Tool {
@@ -51,6 +53,7 @@ impl Tool {
             Self::CertManagerCrds => "cert-manager-crds.yaml",
             Self::OciRegistry => "oci-registry",
             Self::LwsController => "lws-controller",
+            Self::JobSetController => "jobset-controller",
         }
     }
 }

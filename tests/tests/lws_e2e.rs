@@ -16,7 +16,7 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
 use koord_queue_tests::e2e::{create_quota, gated};
-use koord_queue_tests::lws::LwsController;
+use koord_queue_tests::framework;
 use koord_queue_tests::{fixtures, job_crds, scheduler, shared, tenant, webhook};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
@@ -36,7 +36,7 @@ async fn a_leaderworkerset_is_queued_replica_by_replica_with_its_real_controller
     let _scheduler = scheduler::start_leader(cp, scheduler::test_args("lws-e2e-scheduler"))
         .await
         .unwrap();
-    let mut lws_controller = LwsController::start(cp).await.unwrap();
+    let mut lws_controller = framework::LWS.start(cp).await.unwrap();
 
     let quota = fixtures::unique_name("lwsq");
     create_quota(&admin, &quota, None, false, "4", "4", None)

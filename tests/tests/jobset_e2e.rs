@@ -1,0 +1,164 @@
+//! End-to-end with the real JobSet controller (issue 20): kube-controller-
+//! manager (the Job controller), kube-scheduler, kwok nodes, JobSet
+//! v0.12.0's controller and webhooks, Koord-Queue's webhook and scheduler.
+//! A tenant's JobSet is held at creation; once released its controller
+//! creates its Jobs, which pass unqueued as its proven children, their pods
+//! run on kwok nodes and complete, the JobSet completes and its unit frees
+//! the quota. A second JobSet that does not fit waits held, and runs after.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use koord_queue_api::QueueUnit;
+use koord_queue_api::keys;
+use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
+use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
+use koord_queue_tests::e2e::create_quota;
+use koord_queue_tests::{fixtures, framework, job_crds, scheduler, shared, tenant, webhook};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const LONG: Duration = Duration::from_secs(90);
+
+/// A JobSet of a leader Job (1 pod) and 2 worker Jobs of 2 pods, 1 CPU a
+/// pod (5 CPU), whose pods run `run_for`.
+fn jobset(name: &str, quota: &str, run_for: &str) -> DynamicObject {
+    let job = |pods: i32| {
+        json!({ "spec": { "parallelism": pods, "completions": pods, "template": {
+            "metadata": { "annotations": { RUN_FOR_ANNOTATION: run_for } },
+            "spec": { "restartPolicy": "Never", "containers": [{ "name": "main", "image": "busybox",
+                "resources": { "requests": { "cpu": "1", "memory": "64Mi" } } }] } } } })
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": { "name": name, "labels": { keys::QUOTA_NAME_LABEL: quota } },
+        "spec": { "replicatedJobs": [
+            { "name": "leader", "replicas": 1, "template": job(1) },
+            { "name": "workers", "replicas": 2, "template": job(2) } ] }
+    }))
+    .unwrap()
+}
+
+fn suspended(js: &DynamicObject) -> bool {
+    js.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+}
+
+#[tokio::test]
+async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
+    let cp = shared::tier2().await.unwrap();
+    let admin = cp.client().await.unwrap();
+    let crds = job_crds::upstream_crds(&["jobset.x-k8s.io_jobsets.yaml"]).unwrap();
+    fixtures::apply_crds(&admin, &crds).await.unwrap();
+    let _webhook = webhook::start_and_register(cp).await.unwrap();
+    let _scheduler = scheduler::start_leader(cp, scheduler::test_args("jobset-e2e-scheduler"))
+        .await
+        .unwrap();
+    let mut controller = framework::JOBSET.start(cp).await.unwrap();
+
+    let quota = fixtures::unique_name("jsq");
+    create_quota(&admin, &quota, None, false, "6", "6", None)
+        .await
+        .unwrap();
+    let ns = fixtures::unique_name("jobset");
+    let tenant_client = tenant::tenant_namespace(cp, &ns, None).await.unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    let jobsets = Api::<DynamicObject>::namespaced_with(tenant_client, &ns, &resource);
+    let first = jobsets
+        .create(&PostParams::default(), &jobset("first", &quota, "4s"))
+        .await
+        .unwrap();
+    assert!(suspended(&first), "held at creation");
+    let second = jobsets
+        .create(&PostParams::default(), &jobset("second", &quota, "1s"))
+        .await
+        .unwrap();
+    assert!(suspended(&second));
+
+    let units: Api<QueueUnit> = Api::namespaced(admin.clone(), &ns);
+    let unit_of = |name: &str| {
+        let (units, jobsets, name) = (units.clone(), jobsets.clone(), name.to_string());
+        async move {
+            let js = jobsets.get(&name).await.ok()?;
+            let unit = js
+                .metadata
+                .annotations?
+                .remove(keys::QUEUE_UNIT_ANNOTATION)?;
+            units.get(&unit).await.ok()
+        }
+    };
+    let wait = |name: &'static str, phases: &'static [QueueUnitPhase]| {
+        let unit_of = &unit_of;
+        async move {
+            fixtures::eventually(LONG, || async {
+                Ok(unit_of(name)
+                    .await
+                    .and_then(|u| u.status?.phase)
+                    .is_some_and(|p| phases.contains(&p)))
+            })
+            .await
+            .unwrap_or_else(|e| panic!("JobSet {name} never reached {phases:?}: {e:#}"));
+        }
+    };
+    // 5 + 5 CPU in 6: one runs, the other waits held.
+    wait("first", &[Running, Dequeued]).await;
+    let u = unit_of("second").await.unwrap();
+    assert_eq!(u.spec.resource["cpu"].0, "5", "every replicated Job's pods");
+    assert_eq!(u.status.and_then(|s| s.phase), Some(Enqueued));
+
+    // Its controller makes its three Jobs (suspended while the JobSet is)
+    // and starts them once it is released: they pass as its children (no
+    // unit of their own), and their pods run and complete.
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns);
+    fixtures::eventually(LONG, || async {
+        let listed = jobs
+            .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+            .await?
+            .items;
+        Ok(listed.len() == 3
+            && listed
+                .iter()
+                .all(|j| j.spec.as_ref().and_then(|s| s.suspend) != Some(true)))
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "the JobSet controller made no Jobs: {e:#}\n{}",
+            controller.process.log_tail(30)
+        )
+    });
+    for job in jobs
+        .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+        .await
+        .unwrap()
+        .items
+    {
+        let annotations = job.metadata.annotations.unwrap_or_default();
+        assert!(
+            !annotations.contains_key(keys::QUEUE_UNIT_ANNOTATION),
+            "a child, not queued"
+        );
+        assert_ne!(
+            job.spec.unwrap().suspend,
+            Some(true),
+            "a released JobSet's Job runs"
+        );
+    }
+    wait("first", &[Succeed]).await;
+    assert!(
+        unit_of("first")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .admissions
+            .is_empty(),
+        "quota freed"
+    );
+    // The quota freed, the second runs and completes too.
+    wait("second", &[Succeed]).await;
+    controller.process.check_alive().unwrap();
+}
