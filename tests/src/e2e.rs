@@ -590,3 +590,23 @@ pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// The summed container requests of `pods`: what a framework's controller
+/// really asked for, to compare with the unit the queue sized before.
+pub fn requested_by(pods: &[k8s_openapi::api::core::v1::Pod]) -> Result<Resources> {
+    let mut total = Resources::default();
+    for container in pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref())
+        .flat_map(|s| s.containers.iter())
+    {
+        if let Some(requests) = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+        {
+            total.add(&Resources::from_list(requests)?);
+        }
+    }
+    Ok(total)
+}

@@ -13,8 +13,9 @@ use k8s_openapi::api::batch::v1::Job;
 use koord_queue_api::QueueUnit;
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
+use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::create_quota;
+use koord_queue_tests::e2e::{create_quota, requested_by};
 use koord_queue_tests::{fixtures, framework, job_crds, scheduler, shared, tenant, webhook};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -147,6 +148,19 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
             "a released JobSet's Job runs"
         );
     }
+    // Its Jobs' pods asked, summed, for what its unit reserved.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
+    let made = pods
+        .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(made.len(), 5, "1 leader and 2 x 2 worker pods");
+    let reserved = unit_of("first").await.unwrap().spec.resource;
+    assert_eq!(
+        requested_by(&made).unwrap(),
+        Resources::from_list(&reserved).unwrap()
+    );
     wait("first", &[Succeed]).await;
     assert!(
         unit_of("first")

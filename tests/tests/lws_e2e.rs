@@ -14,8 +14,9 @@ use koord_queue_api::QueueUnit;
 use koord_queue_api::jobs::pod_group::*;
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
+use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{create_quota, gated};
+use koord_queue_tests::e2e::{create_quota, gated, requested_by};
 use koord_queue_tests::framework;
 use koord_queue_tests::{fixtures, job_crds, scheduler, shared, tenant, webhook};
 use kube::api::{
@@ -125,6 +126,23 @@ async fn a_leaderworkerset_is_queued_replica_by_replica_with_its_real_controller
     })
     .await
     .expect("the running replica's unit Running, the other's Enqueued");
+    // The running replica's pods, as the LWS controller made them, ask for
+    // what its unit reserved.
+    let made: Vec<_> = listed
+        .iter()
+        .filter(|p| group_of(p) == released)
+        .cloned()
+        .collect();
+    let reserved = units
+        .get(&format!("llama-{released}-group"))
+        .await
+        .unwrap()
+        .spec
+        .resource;
+    assert_eq!(
+        requested_by(&made).unwrap(),
+        Resources::from_list(&reserved).unwrap()
+    );
     let unit = units.get(&format!("llama-{waiting}-group")).await.unwrap();
     assert_eq!(
         unit.spec.resource["cpu"].0, "3",

@@ -17,7 +17,7 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::create_quota;
+use koord_queue_tests::e2e::{create_quota, requested_by};
 use koord_queue_tests::{fixtures, framework, job_crds, scheduler, shared, tenant, webhook};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -192,16 +192,7 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
             .contains_key(keys::QUEUE_UNIT_ANNOTATION),
         "the TrainJob's JobSet is its child, not queued"
     );
-    let mut made = Resources::default();
-    for pod in pods.list(&selector).await.unwrap().items {
-        for container in pod.spec.unwrap().containers {
-            let requests = container
-                .resources
-                .and_then(|r| r.requests)
-                .unwrap_or_default();
-            made.add(&Resources::from_list(&requests).unwrap());
-        }
-    }
+    let made = requested_by(&pods.list(&selector).await.unwrap().items).unwrap();
     let unit = unit_of("first").await.unwrap();
     assert_eq!(
         made,
