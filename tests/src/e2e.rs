@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ResourceQuota;
 use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase, QueueUnitStatus};
 use koord_queue_api::{ElasticQuota, Queue, QueueUnit, Resources, keys};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::ControlPlane;
@@ -265,13 +265,24 @@ pub async fn unit_of_job(
     namespace: &str,
     name: &str,
 ) -> Result<Option<QueueUnit>> {
-    let Some(job) = Api::<Job>::namespaced(client.clone(), namespace)
+    unit_of_object(client, &ApiResource::erase::<Job>(&()), namespace, name).await
+}
+
+/// The QueueUnit of the object `name` of any queued kind (`resource`),
+/// named by the object's annotation.
+pub async fn unit_of_object(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<QueueUnit>> {
+    let Some(object) = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, resource)
         .get_opt(name)
         .await?
     else {
         return Ok(None);
     };
-    let Some(unit) = job
+    let Some(unit) = object
         .metadata
         .annotations
         .unwrap_or_default()
@@ -404,19 +415,51 @@ pub async fn wait_phase(
     phases: &[QueueUnitPhase],
     timeout: Duration,
 ) -> Result<()> {
+    let job = ApiResource::erase::<Job>(&());
+    wait_object_phase(client, &job, namespace, name, phases, timeout).await
+}
+
+/// Waits until the unit of object `name` (of kind `resource`) is in one
+/// of `phases`.
+pub async fn wait_object_phase(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    phases: &[QueueUnitPhase],
+    timeout: Duration,
+) -> Result<()> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let last = phase_of(client, namespace, name).await?;
+        let last = unit_of_object(client, resource, namespace, name)
+            .await?
+            .and_then(|u| u.status.and_then(|s| s.phase));
         if last.is_some_and(|p| phases.contains(&p)) {
             return Ok(());
         }
         if std::time::Instant::now() > deadline {
             anyhow::bail!(
-                "job {namespace}/{name}: unit phase {last:?} after {timeout:?}, wanted one of {phases:?}"
+                "{} {namespace}/{name}: unit phase {last:?} after {timeout:?}, wanted one of {phases:?}",
+                resource.kind
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A tenant's namespace (`<prefix>-…`, its ServiceAccount's client) with a
+/// quota of its own (`<prefix>q-…`, min = max = `cpu`): the start of a
+/// tenant's end-to-end story. Returns the quota, the namespace, the client.
+pub async fn tenant_with_quota(
+    cp: &ControlPlane,
+    prefix: &str,
+    cpu: &str,
+) -> Result<(String, String, kube::Client)> {
+    let quota = crate::fixtures::unique_name(&format!("{prefix}q"));
+    create_quota(&cp.client().await?, &quota, None, false, cpu, cpu, None).await?;
+    let namespace = crate::fixtures::unique_name(prefix);
+    let client = crate::tenant::tenant_namespace(cp, &namespace, None).await?;
+    Ok((quota, namespace, client))
 }
 
 /// CPU (millicores) held by the units of `namespace` charged to one of `quotas`.

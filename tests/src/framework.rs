@@ -256,3 +256,24 @@ impl Framework {
         Ok(controller)
     }
 }
+
+/// Koord-Queue as a framework's end-to-end test runs it beside the
+/// framework's controllers: the framework's upstream CRDs applied, the
+/// webhook registered and a leading scheduler. Stopped on drop.
+#[derive(Debug)]
+pub struct Queueing {
+    /// The webhook.
+    pub webhook: crate::webhook::RunningWebhook,
+    /// The scheduler.
+    pub scheduler: crate::scheduler::SchedulerReplica,
+}
+
+/// Applies the upstream CRDs `crd_files` and starts [`Queueing`]
+/// (`name` names the scheduler's lease).
+pub async fn start_queueing(cp: &ControlPlane, crd_files: &[&str], name: &str) -> Result<Queueing> {
+    let crds = crate::job_crds::upstream_crds(crd_files)?;
+    crate::fixtures::apply_crds(&cp.client().await?, &crds).await?;
+    let webhook = crate::webhook::start_and_register(cp).await?;
+    let scheduler = crate::scheduler::start_leader(cp, crate::scheduler::test_args(name)).await?;
+    Ok(Queueing { webhook, scheduler })
+}

@@ -10,13 +10,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use koord_queue_api::QueueUnit;
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{create_quota, requested_by};
-use koord_queue_tests::{fixtures, framework, job_crds, scheduler, shared, tenant, webhook};
+use koord_queue_tests::e2e::{requested_by, tenant_with_quota, unit_of_object, wait_object_phase};
+use koord_queue_tests::{fixtures, framework, shared};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -49,59 +48,38 @@ fn suspended(js: &DynamicObject) -> bool {
 async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
     let cp = shared::tier2().await.unwrap();
     let admin = cp.client().await.unwrap();
-    let crds = job_crds::upstream_crds(&["jobset.x-k8s.io_jobsets.yaml"]).unwrap();
-    fixtures::apply_crds(&admin, &crds).await.unwrap();
-    let _webhook = webhook::start_and_register(cp).await.unwrap();
-    let _scheduler = scheduler::start_leader(cp, scheduler::test_args("jobset-e2e-scheduler"))
-        .await
-        .unwrap();
+    let _queueing = framework::start_queueing(
+        cp,
+        &["jobset.x-k8s.io_jobsets.yaml"],
+        "jobset-e2e-scheduler",
+    )
+    .await
+    .unwrap();
     let mut controller = framework::JOBSET.start(cp).await.unwrap();
 
-    let quota = fixtures::unique_name("jsq");
-    create_quota(&admin, &quota, None, false, "6", "6", None)
-        .await
-        .unwrap();
-    let ns = fixtures::unique_name("jobset");
-    let tenant_client = tenant::tenant_namespace(cp, &ns, None).await.unwrap();
+    let (quota, ns, tenant_client) = tenant_with_quota(cp, "jobset", "6").await.unwrap();
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
         "jobsets",
     );
     let jobsets = Api::<DynamicObject>::namespaced_with(tenant_client, &ns, &resource);
-    let first = jobsets
-        .create(&PostParams::default(), &jobset("first", &quota, "4s"))
-        .await
-        .unwrap();
-    assert!(suspended(&first), "held at creation");
-    let second = jobsets
-        .create(&PostParams::default(), &jobset("second", &quota, "1s"))
-        .await
-        .unwrap();
-    assert!(suspended(&second));
-
-    let units: Api<QueueUnit> = Api::namespaced(admin.clone(), &ns);
-    let unit_of = |name: &str| {
-        let (units, jobsets, name) = (units.clone(), jobsets.clone(), name.to_string());
-        async move {
-            let js = jobsets.get(&name).await.ok()?;
-            let unit = js
-                .metadata
-                .annotations?
-                .remove(keys::QUEUE_UNIT_ANNOTATION)?;
-            units.get(&unit).await.ok()
-        }
+    for (name, run_for) in [("first", "4s"), ("second", "1s")] {
+        let created = jobsets
+            .create(&PostParams::default(), &jobset(name, &quota, run_for))
+            .await
+            .unwrap();
+        assert!(suspended(&created), "{name} held at creation");
+    }
+    let unit_of = |name: &'static str| {
+        let (admin, resource, ns) = (&admin, &resource, &ns);
+        async move { unit_of_object(admin, resource, ns, name).await.unwrap() }
     };
     let wait = |name: &'static str, phases: &'static [QueueUnitPhase]| {
-        let unit_of = &unit_of;
+        let (admin, resource, ns) = (&admin, &resource, &ns);
         async move {
-            fixtures::eventually(LONG, || async {
-                Ok(unit_of(name)
-                    .await
-                    .and_then(|u| u.status?.phase)
-                    .is_some_and(|p| phases.contains(&p)))
-            })
-            .await
-            .unwrap_or_else(|e| panic!("JobSet {name} never reached {phases:?}: {e:#}"));
+            wait_object_phase(admin, resource, ns, name, phases, LONG)
+                .await
+                .unwrap()
         }
     };
     // 5 + 5 CPU in 6: one runs, the other waits held.

@@ -16,9 +16,9 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{create_quota, gated, requested_by};
+use koord_queue_tests::e2e::{gated, requested_by, tenant_with_quota};
 use koord_queue_tests::framework;
-use koord_queue_tests::{fixtures, job_crds, scheduler, shared, tenant, webhook};
+use koord_queue_tests::{fixtures, shared};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
@@ -30,21 +30,16 @@ const LONG: Duration = Duration::from_secs(90);
 async fn a_leaderworkerset_is_queued_replica_by_replica_with_its_real_controller() {
     let cp = shared::tier2().await.unwrap();
     let admin = cp.client().await.unwrap();
-    let crds =
-        job_crds::upstream_crds(&["leaderworkerset.x-k8s.io_leaderworkersets.yaml"]).unwrap();
-    fixtures::apply_crds(&admin, &crds).await.unwrap();
-    let _webhook = webhook::start_and_register(cp).await.unwrap();
-    let _scheduler = scheduler::start_leader(cp, scheduler::test_args("lws-e2e-scheduler"))
-        .await
-        .unwrap();
+    let _queueing = framework::start_queueing(
+        cp,
+        &["leaderworkerset.x-k8s.io_leaderworkersets.yaml"],
+        "lws-e2e-scheduler",
+    )
+    .await
+    .unwrap();
     let mut lws_controller = framework::LWS.start(cp).await.unwrap();
 
-    let quota = fixtures::unique_name("lwsq");
-    create_quota(&admin, &quota, None, false, "4", "4", None)
-        .await
-        .unwrap();
-    let ns = fixtures::unique_name("lws");
-    let _tenant = tenant::tenant_namespace(cp, &ns, None).await.unwrap();
+    let (quota, ns, _tenant) = tenant_with_quota(cp, "lws", "4").await.unwrap();
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
         "leaderworkersets",

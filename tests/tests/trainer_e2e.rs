@@ -12,13 +12,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_queue_api::QueueUnit;
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{create_quota, requested_by};
-use koord_queue_tests::{fixtures, framework, job_crds, scheduler, shared, tenant, webhook};
+use koord_queue_tests::e2e::{requested_by, tenant_with_quota, unit_of_object, wait_object_phase};
+use koord_queue_tests::{fixtures, framework, shared};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -72,20 +71,27 @@ fn suspended(tj: &DynamicObject) -> bool {
 async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_reserved() {
     let cp = shared::tier2().await.unwrap();
     let admin = cp.client().await.unwrap();
-    let crds = job_crds::upstream_crds(&[
-        "jobset.x-k8s.io_jobsets.yaml",
-        "trainer.kubeflow.org_trainjobs.yaml",
-        "trainer.kubeflow.org_trainingruntimes.yaml",
-        "trainer.kubeflow.org_clustertrainingruntimes.yaml",
-    ])
+    let _queueing = framework::start_queueing(
+        cp,
+        &[
+            "jobset.x-k8s.io_jobsets.yaml",
+            "trainer.kubeflow.org_trainjobs.yaml",
+            "trainer.kubeflow.org_trainingruntimes.yaml",
+            "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        ],
+        "trainer-e2e-scheduler",
+    )
+    .await
     .unwrap();
-    fixtures::apply_crds(&admin, &crds).await.unwrap();
-    let _webhook = webhook::start_and_register(cp).await.unwrap();
-    let _scheduler = scheduler::start_leader(cp, scheduler::test_args("trainer-e2e-scheduler"))
-        .await
-        .unwrap();
     let mut jobset_controller = framework::JOBSET.start(cp).await.unwrap();
     let mut trainer = framework::TRAINER.start(cp).await.unwrap();
+    let logs = |trainer: &framework::Controller, jobset: &framework::Controller| {
+        format!(
+            "--- trainer-controller\n{}\n--- jobset-controller\n{}",
+            trainer.process.log_tail(30),
+            jobset.process.log_tail(15)
+        )
+    };
 
     let runtime_name = fixtures::unique_name("torch-kq");
     Api::<DynamicObject>::all_with(
@@ -95,83 +101,49 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
     .create(&PostParams::default(), &runtime(&runtime_name, "4s"))
     .await
     .unwrap();
-    let quota = fixtures::unique_name("tjq");
-    create_quota(&admin, &quota, None, false, "3", "3", None)
-        .await
-        .unwrap();
-    let ns = fixtures::unique_name("trainjob");
-    let tenant_client = tenant::tenant_namespace(cp, &ns, None).await.unwrap();
-    let trainjobs = Api::<DynamicObject>::namespaced_with(
-        tenant_client,
-        &ns,
-        &resource("TrainJob", "trainjobs"),
-    );
-    let first = trainjobs
-        .create(
-            &PostParams::default(),
-            &trainjob("first", &quota, &runtime_name),
-        )
-        .await
-        .unwrap();
-    assert!(suspended(&first), "held at creation");
-    let second = trainjobs
-        .create(
-            &PostParams::default(),
-            &trainjob("second", &quota, &runtime_name),
-        )
-        .await
-        .unwrap();
-    assert!(suspended(&second));
-
-    let units: Api<QueueUnit> = Api::namespaced(admin.clone(), &ns);
-    let unit_of = |name: &str| {
-        let (units, trainjobs, name) = (units.clone(), trainjobs.clone(), name.to_string());
-        async move {
-            let tj = trainjobs.get(&name).await.ok()?;
-            let unit = tj
-                .metadata
-                .annotations?
-                .remove(keys::QUEUE_UNIT_ANNOTATION)?;
-            units.get(&unit).await.ok()
-        }
-    };
-    let logs = |trainer: &framework::Controller, jobset: &framework::Controller| {
-        format!(
-            "--- trainer-controller\n{}\n--- jobset-controller\n{}",
-            trainer.process.log_tail(30),
-            jobset.process.log_tail(15)
-        )
-    };
-    let wait = |name: &'static str, phases: &'static [QueueUnitPhase]| {
-        let unit_of = &unit_of;
-        async move {
-            fixtures::eventually(LONG, || async {
-                Ok(unit_of(name)
-                    .await
-                    .and_then(|u| u.status?.phase)
-                    .is_some_and(|p| phases.contains(&p)))
-            })
-            .await
-            .map_err(|e| format!("TrainJob {name} never reached {phases:?}: {e:#}"))
-        }
-    };
     // 2 + 2 CPU in 3: one runs, the other waits held.
-    if let Err(e) = wait("first", &[Running, Dequeued]).await {
-        panic!("{e}\n{}", logs(&trainer, &jobset_controller));
+    let (quota, ns, tenant_client) = tenant_with_quota(cp, "trainjob", "3").await.unwrap();
+    let kind = resource("TrainJob", "trainjobs");
+    let trainjobs = Api::<DynamicObject>::namespaced_with(tenant_client, &ns, &kind);
+    for name in ["first", "second"] {
+        let created = trainjobs
+            .create(
+                &PostParams::default(),
+                &trainjob(name, &quota, &runtime_name),
+            )
+            .await
+            .unwrap();
+        assert!(suspended(&created), "{name} held at creation");
     }
-    let u = unit_of("second").await.unwrap();
-    let reserved = Resources::from_list(&u.spec.resource).unwrap();
+    let wait = |name: &'static str, phases: &'static [QueueUnitPhase]| {
+        let (admin, kind, ns) = (&admin, &kind, &ns);
+        async move { wait_object_phase(admin, kind, ns, name, phases, LONG).await }
+    };
+    if let Err(e) = wait("first", &[Running, Dequeued]).await {
+        panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
+    }
+    let unit = |name: &'static str| {
+        let (admin, kind, ns) = (&admin, &kind, &ns);
+        async move {
+            unit_of_object(admin, kind, ns, name)
+                .await
+                .unwrap()
+                .expect("a TrainJob's unit")
+        }
+    };
+    let second = unit("second").await;
+    let reserved = Resources::from_list(&second.spec.resource).unwrap();
     assert_eq!(reserved.get("cpu"), 2000, "2 nodes of the TrainJob's 1 CPU");
-    assert_eq!(u.status.and_then(|s| s.phase), Some(Enqueued));
+    assert_eq!(second.status.and_then(|s| s.phase), Some(Enqueued));
 
     // The Trainer builds the JobSet, the JobSet controller its Job; the
     // JobSet is its child (no unit of its own) and the pods ask, together,
     // for what the unit reserved.
-    let jobset_api = ApiResource::from_gvk_with_plural(
+    let jobset_kind = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
         "jobsets",
     );
-    let jobsets = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &jobset_api);
+    let jobsets = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &jobset_kind);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let selector = ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first");
     if let Err(e) = fixtures::eventually(LONG, || async {
@@ -193,29 +165,22 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
         "the TrainJob's JobSet is its child, not queued"
     );
     let made = requested_by(&pods.list(&selector).await.unwrap().items).unwrap();
-    let unit = unit_of("first").await.unwrap();
     assert_eq!(
         made,
-        Resources::from_list(&unit.spec.resource).unwrap(),
+        Resources::from_list(&unit("first").await.spec.resource).unwrap(),
         "the unit reserved what the Trainer's pods ask for"
     );
 
     if let Err(e) = wait("first", &[Succeed]).await {
-        panic!("{e}\n{}", logs(&trainer, &jobset_controller));
+        panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
     }
     assert!(
-        unit_of("first")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .admissions
-            .is_empty(),
+        unit("first").await.status.unwrap().admissions.is_empty(),
         "quota freed"
     );
     // The quota freed, the second runs and completes too.
     if let Err(e) = wait("second", &[Succeed]).await {
-        panic!("{e}\n{}", logs(&trainer, &jobset_controller));
+        panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
     }
     trainer.process.check_alive().unwrap();
     jobset_controller.process.check_alive().unwrap();
