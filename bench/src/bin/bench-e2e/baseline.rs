@@ -1,0 +1,117 @@
+//! The default phases (`run`, `saturated`, `floor`): docs/performance.md.
+
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use koord_queue_bench::api_stats::ApiStats;
+use koord_queue_bench::output;
+use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
+use koord_queue_bench::rounds;
+use koord_queue_bench::shape::Shape;
+use serde_json::json;
+
+use super::{Cli, Start, machine_json, write_file, write_json};
+
+/// `--phases run,saturated,floor` (any of them, in order).
+pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
+    let kinds = cli
+        .phases
+        .iter()
+        .map(|p| PhaseKind::parse(p))
+        .collect::<Result<Vec<_>>>()?;
+    if kinds.is_empty() {
+        bail!("--phases: nothing to run");
+    }
+    if cli.rounds == 0 {
+        bail!("--rounds: at least 1");
+    }
+    let Start {
+        command,
+        source,
+        load,
+    } = Start::take(cli)?;
+    eprintln!(
+        "bench-e2e: {} jobs, {} leaf quotas, {} parents; phases {:?}; load average {:?}",
+        shape.jobs.len(),
+        shape.leaves.len(),
+        shape.parents.len(),
+        cli.phases,
+        load.unwrap_or_default()
+    );
+    let scheduler = cli.scheduler();
+    let runtime = cli.runtime();
+    let stats = Arc::new(ApiStats::default());
+    let mut results = Vec::new();
+    // Each round's floor copies that round's saturated writes.
+    let mut floor_writes_by_round = Vec::new();
+    for kind in rounds::schedule(&kinds, cli.rounds) {
+        let config = PhaseConfig {
+            kind,
+            scheduler: scheduler.clone(),
+            runtime: runtime.clone(),
+            create_concurrency: cli.create_concurrency,
+            floor_writes: floor_writes_by_round.last().cloned(),
+            timeout: cli.timeout,
+            queue_spec: cli.queue_spec.clone(),
+            components: cli.placement(false),
+            logs_dir: cli.logs_dir.clone(),
+        };
+        let result = phase::run(shape.clone(), &config, stats.clone()).await?;
+        if kind == PhaseKind::Saturated {
+            floor_writes_by_round.push(result.writes_for_floor());
+        }
+        results.push(result);
+    }
+    let ran: Vec<(PhaseKind, f64)> = results.iter().map(|r| (r.kind, r.throughput())).collect();
+    let rounds = rounds::rounds(&ran);
+    let round = rounds::median(&rounds);
+    let results = rounds::reported(results, |r| r.kind, round);
+
+    let settings = json!({
+        "create_concurrency": cli.create_concurrency,
+        "runtime_concurrency": cli.runtime_concurrency,
+        "runtime_marks_running": !cli.no_running_status,
+        "scheduler": {
+            "write_concurrency": cli.write_concurrency,
+            "status_interval": format!("{:?}", cli.status_interval),
+            "job_events": cli.job_events,
+            "cycle_batch": format!("{:?}", cli.cycle_batch),
+        },
+        "queue_spec": cli.queue_spec,
+        "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
+        "machine": machine_json(load),
+        "source": source,
+        "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
+    });
+    let json = output::result_json(&shape, &command, settings, &results, &rounds, round);
+    let base = cli.out_dir.join(format!("e2e-{}", shape.scale));
+    let json_path = base.with_extension("json");
+    let svg_path = base.with_extension("svg");
+    write_json(&json_path, &json)?;
+    let subtitle = format!(
+        "{} leaf quotas (min 20, max 120 CPU) under {} parents, root {} CPU; webhook + scheduler on a real kube-apiserver v1.35.4; {}",
+        shape.leaves.len(),
+        shape.parents.len(),
+        shape.root_cpu,
+        json["wall_seconds"]
+            .as_f64()
+            .map(|w| format!("wall {w:.1} s"))
+            .unwrap_or_default()
+    );
+    write_file(&svg_path, output::svg(&shape, &results, &subtitle))?;
+    print!("{}", output::text(&shape, &json, &results));
+    println!(
+        "  results: {}  plot: {}",
+        json_path.display(),
+        svg_path.display()
+    );
+
+    let violations = json["quota_violations"].as_u64().unwrap_or(0);
+    if violations > 0 {
+        eprintln!(
+            "bench-e2e: FAILED: {violations} quota violations (see quota_violation_examples in the JSON)"
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}

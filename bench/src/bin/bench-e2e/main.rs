@@ -1,0 +1,326 @@
+//! `make bench-e2e`: Koord-Queue's webhook and scheduler against a real
+//! local control plane (etcd + kube-apiserver) in Kueue's
+//! scheduler-performance baseline shape, with the API server floor of the
+//! same API work measured in the same run.
+//!
+//!   cargo run --release -p koord-queue-bench --bin bench-e2e -- --scale 15k --out-dir docs/bench
+//!
+//! Phases, each on a fresh control plane: `run` (the baseline: paced
+//! arrivals, runtimes, quotas), `saturated` (the same jobs as fast as the
+//! API allows, quotas that never bind) and `floor` (the saturated run's API
+//! work done by a null scheduler). Writes `e2e-<scale>.json` and
+//! `e2e-<scale>.svg` into `--out-dir`. Fails when a quota was exceeded or a
+//! job did not finish. See docs/performance.md.
+//!
+//! `--phases chaos` (`make bench-chaos`) runs the `run` phase's workload
+//! instead with the webhook and the scheduler as separate processes, two of
+//! each, and faults injected on a schedule; writes `chaos-<scale>.json`.
+//! Fails on a quota violation, a double release, an unfinished job or
+//! quota left held. See docs/reliability.md.
+//!
+//! `--phases fairness` (`make bench-fairness`; `--scenario fairness` is the
+//! same) runs the fair-sharing scenario of issue 19 instead: three sibling
+//! quotas with weights 1:1:2 under one parent, each tenant submitting more
+//! than the parent holds, with fair sharing off and on (`--fair-sharing`);
+//! writes `fairness.json` and `fairness.svg`. Fails on a quota violation
+//! or an unfinished job. See docs/performance.md, "Fair sharing".
+//!
+//! `--phases kueue` (`make bench-kueue`) runs the `run` phase and then the
+//! same jobs queued by Kueue v0.17.0 (provisioned by `make
+//! provision-kueue`) on a fresh control plane of the same build; writes
+//! `kueue-<scale>.json` (both systems' measures and ours / Kueue's ratios)
+//! and `kueue-<scale>.svg`. Fails on a quota violation of either system or
+//! an unfinished job. See docs/performance.md, "Against Kueue".
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod baseline;
+mod chaos_mode;
+mod fairness_mode;
+mod kueue_mode;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use koord_queue_bench::components::{Placement, SchedulerOptions};
+use koord_queue_bench::runner::RuntimeOptions;
+use koord_queue_bench::shape::{Shape, parse_scale};
+use koord_queue_runtime::parse_duration;
+use koord_queue_tests::proc_stats;
+use serde_json::json;
+
+// The shipped webhook's and scheduler's allocator, for them and for the
+// benchmark's own job runtime and null scheduler alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// End-to-end benchmark of Koord-Queue (Kueue's baseline shape).
+#[derive(Debug, Parser)]
+#[command(name = "bench-e2e")]
+struct Cli {
+    /// Size: `1k`, `15k` (Kueue's baseline: 30 queues in 5 cohorts), `50k`
+    /// (Kueue's large scale: 1,000 queues in 10 cohorts), or a job count.
+    #[arg(long, default_value = "15k")]
+    scale: String,
+    /// Override the number of jobs of the scale.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Override the number of leaf quotas (Kueue ClusterQueues).
+    #[arg(long)]
+    queues: Option<usize>,
+    /// Override the number of parent quotas (Kueue cohorts).
+    #[arg(long)]
+    cohorts: Option<usize>,
+    /// Phases to run, in order; or `chaos` alone (docs/reliability.md), or
+    /// `fairness` alone (the fair-sharing scenario).
+    #[arg(
+        long,
+        alias = "scenario",
+        value_delimiter = ',',
+        default_value = "run,saturated,floor"
+    )]
+    phases: Vec<String>,
+    /// Rounds of the saturated run and the floor (alternating); the round
+    /// with the median floor ratio is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Directory of the JSON result and the SVG plot.
+    #[arg(long, default_value = "target/bench-e2e")]
+    out_dir: PathBuf,
+    /// Job creates in flight at most in the saturated run and the floor.
+    #[arg(long, default_value_t = 64)]
+    create_concurrency: usize,
+    /// Job status writes of the benchmark's job runtime in flight at most.
+    #[arg(long, default_value_t = 32)]
+    runtime_concurrency: usize,
+    /// Do not mark released jobs running before completing them.
+    #[arg(long)]
+    no_running_status: bool,
+    /// Scheduler `--write-concurrency` (also the null scheduler's).
+    #[arg(long, default_value_t = 48)]
+    write_concurrency: usize,
+    /// Scheduler `--status-interval`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    status_interval: Duration,
+    /// Scheduler `--job-events`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    job_events: bool,
+    /// Scheduler `--cycle-batch`.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    cycle_batch: Duration,
+    /// A phase fails when its jobs have not all finished by then.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: Duration,
+    /// JSON merged into the spec of every leaf quota's Queue, created
+    /// before the scheduler starts (which then leaves it as it is), e.g.
+    /// `{"preemption":{"withinQuota":"LowerPriority"},"reserveHead":{"abovePriority":150}}`.
+    #[arg(long, value_parser = parse_json_object)]
+    queue_spec: Option<serde_json::Value>,
+    /// Chaos: from the start of one fault to the start of the next.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    fault_interval: Duration,
+    /// Chaos: the faults, injected in this order, round and round
+    /// (kill-leader, kill-webhook, restart-apiserver, compact-etcd,
+    /// delay-leader).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill-leader,kill-webhook,restart-apiserver,compact-etcd,delay-leader"
+    )]
+    faults: Vec<String>,
+    /// Chaos: how long a killed scheduler or webhook stays down.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    restart_after: Duration,
+    /// Chaos: delay of every chunk of the slowed leader's API traffic. Past
+    /// the Lease duration (15 s) a renewal lands after the Lease expired,
+    /// so the standby takes over while the stalled leader's writes are
+    /// still on their way (a shorter delay only makes it step down and
+    /// take its own Lease back).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    delay_chunk: Duration,
+    /// Chaos: how long the leader's API traffic is slowed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    delay_for: Duration,
+    /// Chaos: how long a failed job create or job status write is retried.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    retry_for: Duration,
+    /// Chaos: how long the quota may take to read 0 once every job finished.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    settle: Duration,
+    /// Where the webhook and the scheduler run: `in-process` (CPU time by
+    /// thread, API requests by client) or `processes` (the release binaries,
+    /// CPU time and peak RSS per process). Default: `processes` for
+    /// `--phases kueue`, whose measures compare with Kueue's process, else
+    /// `in-process`.
+    #[arg(long, value_parser = ["in-process", "processes"])]
+    components: Option<String>,
+    /// Chaos and `--components processes`: directory of
+    /// koord-queue-scheduler and koord-queue-webhook (default: this
+    /// binary's).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Where every process's log is copied: chaos (default
+    /// `target/bench-chaos/logs-<scale>`), and each phase that runs our
+    /// components (a directory per phase; default: not kept).
+    #[arg(long)]
+    logs_dir: Option<PathBuf>,
+    /// Fairness: `off` (the baseline), `on` or `both` (off, then on; each
+    /// on a fresh control plane).
+    #[arg(long, default_value = "both")]
+    fair_sharing: String,
+    /// Fairness: how long every tenant keeps its backlog of waiting jobs.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    submit_for: Duration,
+    /// Fairness: the start of each run left out of the figures.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Fairness: jobs each tenant keeps created and not yet released.
+    #[arg(long, default_value_t = 20)]
+    backlog: usize,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                // Absent job CRDs are expected on a bare control plane.
+                tracing_subscriber::EnvFilter::new(
+                    "warn,kube_client=off,koord_queue_scheduler::controller::sources=error",
+                )
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(&Cli::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("bench-e2e: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One mode per run: fairness, Kueue and chaos run alone; anything else
+/// is a list of the baseline's phases.
+async fn run(cli: &Cli) -> Result<bool> {
+    let alone = |mode: &str| {
+        let named = cli.phases.iter().any(|p| p.trim() == mode);
+        if named && cli.phases.len() != 1 {
+            bail!("--phases {mode} runs alone");
+        }
+        Ok(named)
+    };
+    if alone("fairness")? {
+        return fairness_mode::run(cli).await;
+    }
+    let (jobs, queues, cohorts) = parse_scale(&cli.scale)?;
+    let shape = Arc::new(Shape::new(
+        &cli.scale,
+        cli.jobs.unwrap_or(jobs),
+        cli.queues.unwrap_or(queues),
+        cli.cohorts.unwrap_or(cohorts),
+    )?);
+    if alone("kueue")? {
+        return kueue_mode::run(cli, shape).await;
+    }
+    if alone("chaos")? {
+        return chaos_mode::run(cli, shape).await;
+    }
+    baseline::run(cli, shape).await
+}
+
+impl Cli {
+    /// The scheduler's settings, the same in every mode.
+    fn scheduler(&self) -> SchedulerOptions {
+        SchedulerOptions {
+            write_concurrency: self.write_concurrency,
+            status_interval: self.status_interval,
+            job_events: self.job_events,
+            cycle_batch: self.cycle_batch,
+            root_cpu: None,
+        }
+    }
+
+    /// The job runtime's settings; only chaos retries failed writes.
+    fn runtime(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            mark_running: !self.no_running_status,
+            class_runtimes: true,
+            write_concurrency: self.runtime_concurrency,
+            retry_for: Duration::ZERO,
+        }
+    }
+
+    /// Where the webhook and the scheduler run (`--components`).
+    fn placement(&self, kueue: bool) -> Placement {
+        Placement::from_flag(self.components.as_deref(), self.bin_dir.clone(), kueue)
+    }
+}
+
+/// What every mode records before its first phase: the command line, the
+/// source revision (taken now: the tree may move on during a long run) and
+/// the load average; the output directory exists and TLS is set up.
+struct Start {
+    command: String,
+    source: serde_json::Value,
+    load: Option<[f64; 3]>,
+}
+
+impl Start {
+    fn take(cli: &Cli) -> Result<Self> {
+        std::fs::create_dir_all(&cli.out_dir)
+            .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+        koord_queue_certs::install_crypto_provider();
+        Ok(Self {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            source: source_revision(),
+            load: proc_stats::load_average(),
+        })
+    }
+}
+
+/// The commit the benchmark was built from and whether the tree had changes.
+fn source_revision() -> serde_json::Value {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let changed =
+        git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count());
+    json!({ "commit": git(&["rev-parse", "HEAD"]), "modified_files": changed })
+}
+
+/// A JSON object from the command line.
+fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str(text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => Err("expected a JSON object such as {\"preemption\":{...}}".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+/// The machine's part of every result: what the figures were measured on.
+fn machine_json(load: Option<[f64; 3]>) -> serde_json::Value {
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "load_average_at_start": load,
+    })
+}
+
+/// A result as pretty JSON with a final newline.
+fn write_json(path: &Path, json: &serde_json::Value) -> Result<()> {
+    write_file(path, serde_json::to_string_pretty(json)? + "\n")
+}
+
+fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
+}
