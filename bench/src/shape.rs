@@ -124,6 +124,10 @@ pub struct Shape {
     /// Job manifests carry Kueue's queue and priority labels (the Kueue
     /// phase of the comparison).
     pub kueue_labels: bool,
+    /// Each job's `activeDeadlineSeconds` is its class's runtime times this,
+    /// rounded up to whole seconds (`--run-bound-factor`): the bound a
+    /// reserving head backfills by. `None`: unbounded, as in Kueue's shape.
+    pub run_bound_factor: Option<f64>,
     index: HashMap<(String, String), usize>,
     leaf_index: HashMap<String, usize>,
 }
@@ -232,6 +236,7 @@ impl Shape {
             leaves,
             jobs,
             kueue_labels: false,
+            run_bound_factor: None,
             index,
             leaf_index,
         }
@@ -244,6 +249,24 @@ impl Shape {
             kueue_labels: true,
             ..self.clone()
         }
+    }
+
+    /// The same shape with every job's run bounded by `factor` times its
+    /// class's runtime.
+    pub fn with_run_bounds(self, factor: Option<f64>) -> Self {
+        Self {
+            run_bound_factor: factor,
+            ..self
+        }
+    }
+
+    /// `activeDeadlineSeconds` of a job of `class`, if runs are bounded:
+    /// at least 1 (the API's minimum).
+    pub fn run_bound_seconds(&self, class: &Class) -> Option<i64> {
+        let factor = self.run_bound_factor?;
+        let seconds = (class.runtime.as_secs_f64() * factor).ceil();
+        // A float to whole seconds: `as` saturates, and the bound is small.
+        Some((seconds as i64).max(1))
     }
 
     /// Index of job `namespace/name`.
@@ -305,6 +328,9 @@ impl Shape {
         if suspended {
             manifest["spec"]["suspend"] = serde_json::Value::Bool(true);
         }
+        if let Some(bound) = self.run_bound_seconds(class) {
+            manifest["spec"]["activeDeadlineSeconds"] = bound.into();
+        }
         if self.kueue_labels
             && let (Some(labels), Some(kueue)) = (
                 manifest["metadata"]["labels"].as_object_mut(),
@@ -349,6 +375,29 @@ mod tests {
         assert_eq!(shape.root_cpu, 20_000);
         assert!(shape.parents.iter().all(|p| p.cpu == 2000));
         assert!(parse_scale("x").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn run_bounds_round_up_each_class_runtime() -> Result<()> {
+        let shape = Shape::new("t", 300, 30, 5)?;
+        assert!(shape.job_manifest(0, false)["spec"]["activeDeadlineSeconds"].is_null());
+        let bounded = shape.with_run_bounds(Some(5.0));
+        let bounds: Vec<_> = CLASSES
+            .iter()
+            .map(|c| bounded.run_bound_seconds(c))
+            .collect();
+        // 200 ms, 500 ms and 1 s, five times, in whole seconds.
+        assert_eq!(bounds, [Some(1), Some(3), Some(5)]);
+        let large = bounded
+            .jobs
+            .iter()
+            .position(|j| j.class == 2)
+            .ok_or_else(|| anyhow::anyhow!("no large job"))?;
+        assert_eq!(
+            bounded.job_manifest(large, false)["spec"]["activeDeadlineSeconds"],
+            5
+        );
         Ok(())
     }
 }

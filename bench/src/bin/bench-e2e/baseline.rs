@@ -78,6 +78,7 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
             "cycle_batch": format!("{:?}", cli.cycle_batch),
         },
         "queue_spec": cli.queue_spec,
+        "run_bound_factor": cli.run_bound_factor,
         "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
         "machine": machine_json(load),
         "source": source,

@@ -119,6 +119,11 @@ struct Cli {
     /// `{"preemption":{"withinQuota":"LowerPriority"},"reserveHead":{"abovePriority":150}}`.
     #[arg(long, value_parser = parse_json_object)]
     queue_spec: Option<serde_json::Value>,
+    /// Every job's `activeDeadlineSeconds` is its class's runtime times
+    /// this, rounded up to whole seconds (at least 1): the bound by which a
+    /// reserving head backfills. Unset: unbounded, as in Kueue's shape.
+    #[arg(long, value_parser = parse_run_bound_factor)]
+    run_bound_factor: Option<f64>,
     /// Chaos: from the start of one fault to the start of the next.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     fault_interval: Duration,
@@ -219,12 +224,15 @@ async fn run(cli: &Cli) -> Result<bool> {
         return fairness_mode::run(cli).await;
     }
     let (jobs, queues, cohorts) = parse_scale(&cli.scale)?;
-    let shape = Arc::new(Shape::new(
-        &cli.scale,
-        cli.jobs.unwrap_or(jobs),
-        cli.queues.unwrap_or(queues),
-        cli.cohorts.unwrap_or(cohorts),
-    )?);
+    let shape = Arc::new(
+        Shape::new(
+            &cli.scale,
+            cli.jobs.unwrap_or(jobs),
+            cli.queues.unwrap_or(queues),
+            cli.cohorts.unwrap_or(cohorts),
+        )?
+        .with_run_bounds(cli.run_bound_factor),
+    );
     if alone("kueue")? {
         return kueue_mode::run(cli, shape).await;
     }
@@ -305,6 +313,16 @@ fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
         Ok(v @ serde_json::Value::Object(_)) => Ok(v),
         Ok(_) => Err("expected a JSON object such as {\"preemption\":{...}}".into()),
         Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+/// A run bound factor: a bound below the runtime would have the job
+/// controller end the job before it is done.
+fn parse_run_bound_factor(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
+        Ok(_) => Err("at least 1 (a bound is not shorter than the runtime)".into()),
+        Err(e) => Err(format!("not a number: {e}")),
     }
 }
 
