@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
 use koord_queue_api::ResourceListExt as _;
-use koord_queue_api::queue_unit::QueueUnitPhase;
+use koord_queue_api::queue_unit::{QueueUnitPhase, QueueUnitStatus};
 use koord_queue_api::{QueueUnit, Resources};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -43,6 +43,28 @@ struct Unit {
     release_list: u64,
     /// The watch's list generation when it was last seen.
     seen_list: u64,
+    /// Times it was seen sent back by a preemption (TimeoutBackoff, its
+    /// message naming the preemptor).
+    preemptions: usize,
+}
+
+/// Whether a unit's status says it was sent back by a preemption: in
+/// TimeoutBackoff, its `Evicted` condition's reason `Preempted`.
+fn sent_back_by_preemption(status: &QueueUnitStatus) -> bool {
+    status.phase == Some(QueueUnitPhase::TimeoutBackoff)
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Evicted" && c.status == "True" && c.reason == "Preempted")
+}
+
+/// Preemptions the units' statuses showed.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Preemptions {
+    /// In all.
+    pub total: usize,
+    /// Of the unit preempted most often.
+    pub most_of_one_unit: usize,
 }
 
 /// Two releases of a unit seen without the unit being sent back between
@@ -207,6 +229,7 @@ impl Checker {
             .and_then(|name| self.shape.job_index(ns, name));
         let held = if deleted { 0 } else { held_cpu(unit) };
         let phase = unit.status.as_ref().and_then(|s| s.phase);
+        let preempted = unit.status.as_ref().is_some_and(sent_back_by_preemption);
         let attempts = unit.status.as_ref().and_then(|s| s.attempts).unwrap_or(0);
         let Ok(mut guard) = self.state.lock() else {
             return;
@@ -261,6 +284,9 @@ impl Checker {
             && let Some(p) = phase
         {
             *st.entered.entry(format!("{p:?}")).or_default() += 1;
+            if preempted {
+                entry.preemptions += 1;
+            }
             if p == QueueUnitPhase::Succeed {
                 st.succeeded += 1;
                 st.last_succeeded = t;
@@ -377,11 +403,52 @@ impl Checker {
         self.state.lock().ok().map(|s| s.usage.clone())
     }
 
+    /// How often units were preempted.
+    pub fn preemptions(&self) -> Preemptions {
+        self.state
+            .lock()
+            .map(|s| Preemptions {
+                total: s.units.values().map(|u| u.preemptions).sum(),
+                most_of_one_unit: s.units.values().map(|u| u.preemptions).max().unwrap_or(0),
+            })
+            .unwrap_or_default()
+    }
+
     /// How many times units entered each phase.
     pub fn phase_entries(&self) -> BTreeMap<String, usize> {
         self.state
             .lock()
             .map(|s| s.entered.clone())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    /// The status the scheduler writes when it sends a unit back.
+    fn sent_back(reason: &str) -> QueueUnitStatus {
+        let phase = QueueUnitPhase::TimeoutBackoff;
+        QueueUnitStatus {
+            phase: Some(phase),
+            conditions: phase.standard_conditions(
+                Some(reason),
+                "sent back",
+                &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            ),
+            ..QueueUnitStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_a_preemption_counts_as_one() {
+        assert!(sent_back_by_preemption(&sent_back("Preempted")));
+        assert!(!sent_back_by_preemption(&sent_back("Reclaimed")));
+        assert!(!sent_back_by_preemption(&sent_back("FairShareReclaimed")));
+        let mut running = sent_back("Preempted");
+        running.phase = Some(QueueUnitPhase::Running);
+        assert!(!sent_back_by_preemption(&running));
     }
 }

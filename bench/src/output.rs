@@ -134,6 +134,12 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
     let own = api_stats::total_of(&r.client_requests, Component::Creator)
         + api_stats::total_of(&r.client_requests, Component::Runner);
     let suspensions: usize = r.timelines.iter().map(|j| j.suspensions.len()).sum();
+    let most_suspensions = r
+        .timelines
+        .iter()
+        .map(|j| j.suspensions.len())
+        .max()
+        .unwrap_or(0);
     let finished_suspended = r.timelines.iter().filter(|j| j.suspended_finished).count();
     let completed_suspended = r.timelines.iter().filter(|j| j.completed_suspended).count();
     json!({
@@ -160,7 +166,12 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
         "peak_root_cpu": r.unit_usage.as_ref().map(|u| u.root_peak as f64 / 1000.0),
         "per_quota": per_quota,
-        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "finished_jobs_suspended": finished_suspended, "suspended_jobs_completed_by_the_runtime": completed_suspended },
+        "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "most_suspensions_of_one_job": most_suspensions, "finished_jobs_suspended": finished_suspended, "suspended_jobs_completed_by_the_runtime": completed_suspended },
+        "preemptions": r.preemptions.map(|p| json!({
+            "total": p.total,
+            "per_1000_jobs": round(p.total as f64 * 1000.0 / n, 2),
+            "most_of_one_unit": p.most_of_one_unit,
+        })),
         "unit_phase_entries": r.phase_entries,
         "resources": {
             "process_cpu_seconds": round(r.cpu.process_seconds, 2),
@@ -474,14 +485,16 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
             let v = &p["quota_violations_by_check"];
             let _ = writeln!(
                 out,
-                "  quota violations: {} (running-job check {}, not counting the {} moments jobs whose completion was written still counted; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   reclaims: {} (of finished jobs: {})",
+                "  quota violations: {} (running-job check {}, not counting the {} moments jobs whose completion was written still counted; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   units sent back: {} (finished jobs suspended: {}; preemptions {}, at most {} of one unit)",
                 p["quota_violations"],
                 v["running_jobs"],
                 v["running_jobs_recorded"],
                 v["queue_units"],
                 v["queue_units_recorded"],
                 p["reclaims"]["units_entered_timeout_backoff"],
-                p["reclaims"]["finished_jobs_suspended"]
+                p["reclaims"]["finished_jobs_suspended"],
+                p["preemptions"]["total"],
+                p["preemptions"]["most_of_one_unit"]
             );
             let pp = &p["pending_period"];
             let _ = writeln!(

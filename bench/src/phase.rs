@@ -307,6 +307,14 @@ impl HeldWatch {
         }
     }
 
+    /// Preemptions seen on QueueUnits (`None` for Kueue's Workloads).
+    fn preemptions(&self) -> Option<super::checker::Preemptions> {
+        match self {
+            Self::Units(c) => Some(c.preemptions()),
+            Self::Workloads(_) => None,
+        }
+    }
+
     /// Entries into each QueueUnit phase, or each Workload condition.
     fn entries(&self) -> BTreeMap<String, usize> {
         match self {
@@ -619,6 +627,7 @@ pub async fn run(
         running_usage: runner.running_usage(),
         running_beyond_completed: runner.violations_beyond_completed(),
         phase_entries: checker.entries(),
+        preemptions: checker.preemptions(),
         cpu: proc_stats::usage(&cpu_before, &cpu_after, ticks),
         peak_rss_kib,
         server_rss_kib,

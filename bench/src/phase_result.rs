@@ -36,6 +36,8 @@ pub struct PhaseResult {
     pub running_beyond_completed: (Vec<runner::RunningViolation>, usize),
     /// Entries of units into each phase.
     pub phase_entries: BTreeMap<String, usize>,
+    /// Preemptions seen on the units (`None` for Kueue's Workloads).
+    pub preemptions: Option<crate::checker::Preemptions>,
     /// CPU time.
     pub cpu: CpuUsage,
     /// Peak RSS of this process during the phase, KiB.
