@@ -291,6 +291,10 @@ async fn a_real_child_passes_and_starts_only_once_its_owner_holds_quota() {
         .await
         .unwrap();
     let uid = mpi["metadata"]["uid"].as_str().unwrap().to_string();
+    // The owner waits once its unit exists (the webhook creates it right
+    // after the MPIJob is stored; before that the child is refused as the
+    // child of an owner without a unit).
+    unit_of(cp, ns, &mpi).await;
 
     // mpi-operator creates the launcher held while the MPIJob waits.
     let mut launcher = batch_job("pi-launcher", None, 1, "100m");
