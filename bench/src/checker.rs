@@ -43,8 +43,8 @@ struct Unit {
     release_list: u64,
     /// The watch's list generation when it was last seen.
     seen_list: u64,
-    /// Times it was seen sent back by a preemption (TimeoutBackoff, its
-    /// message naming the preemptor).
+    /// Times it was seen sent back by a preemption
+    /// ([`sent_back_by_preemption`]).
     preemptions: usize,
 }
 

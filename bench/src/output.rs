@@ -483,18 +483,24 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
                 );
             }
             let v = &p["quota_violations_by_check"];
+            // Kueue's Workloads are not counted for preemptions.
+            let preemptions = match &p["preemptions"] {
+                Value::Null => String::new(),
+                pr => format!(
+                    "; preemptions {}, at most {} of one unit",
+                    pr["total"], pr["most_of_one_unit"]
+                ),
+            };
             let _ = writeln!(
                 out,
-                "  quota violations: {} (running-job check {}, not counting the {} moments jobs whose completion was written still counted; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   units sent back: {} (finished jobs suspended: {}; preemptions {}, at most {} of one unit)",
+                "  quota violations: {} (running-job check {}, not counting the {} moments jobs whose completion was written still counted; QueueUnit check {}, not counting the {} moments the record still showed CPU of already finished jobs)   units sent back: {} (finished jobs suspended: {}{preemptions})",
                 p["quota_violations"],
                 v["running_jobs"],
                 v["running_jobs_recorded"],
                 v["queue_units"],
                 v["queue_units_recorded"],
                 p["reclaims"]["units_entered_timeout_backoff"],
-                p["reclaims"]["finished_jobs_suspended"],
-                p["preemptions"]["total"],
-                p["preemptions"]["most_of_one_unit"]
+                p["reclaims"]["finished_jobs_suspended"]
             );
             let pp = &p["pending_period"];
             let _ = writeln!(
