@@ -63,9 +63,12 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         "jobsets",
     );
     let jobsets = Api::<DynamicObject>::namespaced_with(tenant_client, &ns, &resource);
-    for (name, run_for) in [("first", "4s"), ("second", "1s")] {
+    // Created in the same second, the two tie: which one the scheduler
+    // releases first is its to choose, so both run long enough for the
+    // other to be seen waiting.
+    for name in ["first", "second"] {
         let created = jobsets
-            .create(&PostParams::default(), &jobset(name, &quota, run_for))
+            .create(&PostParams::default(), &jobset(name, &quota, "4s"))
             .await
             .unwrap();
         assert!(suspended(&created), "{name} held at creation");
@@ -83,10 +86,31 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         }
     };
     // 5 + 5 CPU in 6: one runs, the other waits held.
-    wait("first", &[Running, Dequeued]).await;
-    let u = unit_of("second").await.unwrap();
+    let phase = |name: &'static str| async move {
+        unit_of(name)
+            .await
+            .and_then(|u| u.status)
+            .and_then(|s| s.phase)
+    };
+    let deadline = std::time::Instant::now() + LONG;
+    let (first, second) = loop {
+        let released = |p: Option<QueueUnitPhase>| matches!(p, Some(Running | Dequeued));
+        if released(phase("first").await) {
+            break ("first", "second");
+        }
+        if released(phase("second").await) {
+            break ("second", "first");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither JobSet released"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let u = unit_of(second).await.unwrap();
     assert_eq!(u.spec.resource["cpu"].0, "5", "every replicated Job's pods");
     assert_eq!(u.status.and_then(|s| s.phase), Some(Enqueued));
+    let selector = format!("jobset.sigs.k8s.io/jobset-name={first}");
 
     // Its controller makes its three Jobs (suspended while the JobSet is)
     // and starts them once it is released: they pass as its children (no
@@ -94,7 +118,7 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
     let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns);
     fixtures::eventually(LONG, || async {
         let listed = jobs
-            .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+            .list(&ListParams::default().labels(&selector))
             .await?
             .items;
         Ok(listed.len() == 3
@@ -110,7 +134,7 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         )
     });
     for job in jobs
-        .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+        .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items
@@ -129,19 +153,19 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
     // Its Jobs' pods asked, summed, for what its unit reserved.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
     let made = pods
-        .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first"))
+        .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items;
     assert_eq!(made.len(), 5, "1 leader and 2 x 2 worker pods");
-    let reserved = unit_of("first").await.unwrap().spec.resource;
+    let reserved = unit_of(first).await.unwrap().spec.resource;
     assert_eq!(
         requested_by(&made).unwrap(),
         Resources::from_list(&reserved).unwrap()
     );
-    wait("first", &[Succeed]).await;
+    wait(first, &[Succeed]).await;
     assert!(
-        unit_of("first")
+        unit_of(first)
             .await
             .unwrap()
             .status
@@ -151,6 +175,6 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         "quota freed"
     );
     // The quota freed, the second runs and completes too.
-    wait("second", &[Succeed]).await;
+    wait(second, &[Succeed]).await;
     controller.process.check_alive().unwrap();
 }
