@@ -5,12 +5,13 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use koord_queue_bench::api_stats::ApiStats;
 use koord_queue_bench::output;
-use koord_queue_bench::phase::{self, PhaseConfig, PhaseKind};
+use koord_queue_bench::phase::{self, PhaseKind};
 use koord_queue_bench::rounds;
 use koord_queue_bench::shape::Shape;
 use serde_json::json;
 
-use super::{Cli, Start, machine_json, write_file, write_json};
+use super::Cli;
+use super::results::{Start, passed, shape_line, write_result};
 
 /// `--phases run,saturated,floor` (any of them, in order).
 pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
@@ -25,37 +26,17 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     if cli.rounds == 0 {
         bail!("--rounds: at least 1");
     }
-    let Start {
-        command,
-        source,
-        load,
-    } = Start::take(cli)?;
-    eprintln!(
-        "bench-e2e: {} jobs, {} leaf quotas, {} parents; phases {:?}; load average {:?}",
-        shape.jobs.len(),
-        shape.leaves.len(),
-        shape.parents.len(),
-        cli.phases,
-        load.unwrap_or_default()
+    let start = Start::take(cli)?;
+    start.announce(
+        "bench-e2e",
+        format_args!("{}; phases {:?}", shape_line(&shape), cli.phases),
     );
-    let scheduler = cli.scheduler();
-    let runtime = cli.runtime();
     let stats = Arc::new(ApiStats::default());
     let mut results = Vec::new();
     // Each round's floor copies that round's saturated writes.
     let mut floor_writes_by_round = Vec::new();
     for kind in rounds::schedule(&kinds, cli.rounds) {
-        let config = PhaseConfig {
-            kind,
-            scheduler: scheduler.clone(),
-            runtime: runtime.clone(),
-            create_concurrency: cli.create_concurrency,
-            floor_writes: floor_writes_by_round.last().cloned(),
-            timeout: cli.timeout,
-            queue_spec: cli.queue_spec.clone(),
-            components: cli.placement(false),
-            logs_dir: cli.logs_dir.clone(),
-        };
+        let config = cli.phase_config(kind, floor_writes_by_round.last().cloned(), false);
         let result = phase::run(shape.clone(), &config, stats.clone()).await?;
         if kind == PhaseKind::Saturated {
             floor_writes_by_round.push(result.writes_for_floor());
@@ -71,24 +52,15 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
         "create_concurrency": cli.create_concurrency,
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
-        "scheduler": {
-            "write_concurrency": cli.write_concurrency,
-            "status_interval": format!("{:?}", cli.status_interval),
-            "job_events": cli.job_events,
-            "cycle_batch": format!("{:?}", cli.cycle_batch),
-        },
+        "scheduler": cli.scheduler_json(),
         "queue_spec": cli.queue_spec,
         "run_bound_factor": cli.run_bound_factor,
         "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
-        "machine": machine_json(load),
-        "source": source,
+        "machine": start.machine(),
+        "source": start.source,
         "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
     });
-    let json = output::result_json(&shape, &command, settings, &results, &rounds, round);
-    let base = cli.out_dir.join(format!("e2e-{}", shape.scale));
-    let json_path = base.with_extension("json");
-    let svg_path = base.with_extension("svg");
-    write_json(&json_path, &json)?;
+    let json = output::result_json(&shape, &start.command, settings, &results, &rounds, round);
     let subtitle = format!(
         "{} leaf quotas (min 20, max 120 CPU) under {} parents, root {} CPU; webhook + scheduler on a real kube-apiserver v1.35.4; {}",
         shape.leaves.len(),
@@ -99,20 +71,19 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
             .map(|w| format!("wall {w:.1} s"))
             .unwrap_or_default()
     );
-    write_file(&svg_path, output::svg(&shape, &results, &subtitle))?;
     print!("{}", output::text(&shape, &json, &results));
-    println!(
-        "  results: {}  plot: {}",
-        json_path.display(),
-        svg_path.display()
-    );
-
+    write_result(
+        &cli.out_dir,
+        &format!("e2e-{}", shape.scale),
+        &json,
+        Some(output::svg(&shape, &results, &subtitle)),
+    )?;
     let violations = json["quota_violations"].as_u64().unwrap_or(0);
-    if violations > 0 {
-        eprintln!(
-            "bench-e2e: FAILED: {violations} quota violations (see quota_violation_examples in the JSON)"
-        );
-        return Ok(false);
-    }
-    Ok(true)
+    let failures: Vec<String> = (violations > 0)
+        .then(|| {
+            format!("{violations} quota violations (see quota_violation_examples in the JSON)")
+        })
+        .into_iter()
+        .collect();
+    Ok(passed("bench-e2e", &failures))
 }

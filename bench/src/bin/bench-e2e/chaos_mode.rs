@@ -9,15 +9,12 @@ use koord_queue_bench::runner::RuntimeOptions;
 use koord_queue_bench::shape::Shape;
 use serde_json::json;
 
-use super::{Cli, Start, machine_json, write_json};
+use super::Cli;
+use super::results::{Start, passed, shape_line, write_result};
 
 /// `--phases chaos`: docs/reliability.md.
 pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
-    let Start {
-        command,
-        source,
-        load,
-    } = Start::take(cli)?;
+    let start = Start::take(cli)?;
     let kinds = cli
         .faults
         .iter()
@@ -44,48 +41,30 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
             PathBuf::from("target/bench-chaos").join(format!("logs-{}", shape.scale))
         }),
     };
-    eprintln!(
-        "bench-e2e chaos: {} jobs, {} leaf quotas, {} parents; load average {:?}",
-        shape.jobs.len(),
-        shape.leaves.len(),
-        shape.parents.len(),
-        load.unwrap_or_default()
-    );
+    start.announce("bench-e2e chaos", shape_line(&shape));
     let (mut json, failures) = chaos::run(shape.clone(), &config).await?;
     json["benchmark"] =
         json!("koord-queue chaos run (issue 18): Kueue's baseline shape with faults");
-    json["command"] = json!(command);
-    json["source"] = source;
+    json["command"] = json!(start.command);
+    json["source"] = start.source.clone();
+    let mut scheduler_json = cli.scheduler_json();
+    scheduler_json["processes"] = json!(2);
+    scheduler_json["enabled_kinds"] = json!("batchjob");
+    scheduler_json["lease"] = json!({ "name": chaos::LEASE, "duration": "15s", "renew_deadline": "10s", "retry_period": "2s", "fencing_policy": true });
     json["settings"] = json!({
         "faults": chaos::plan_json(&plan),
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
         "retry_for": format!("{:?}", cli.retry_for),
         "settle": format!("{:?}", cli.settle),
-        "scheduler": {
-            "processes": 2,
-            "write_concurrency": cli.write_concurrency,
-            "status_interval": format!("{:?}", cli.status_interval),
-            "job_events": cli.job_events,
-            "cycle_batch": format!("{:?}", cli.cycle_batch),
-            "enabled_kinds": "batchjob",
-            "lease": { "name": chaos::LEASE, "duration": "15s", "renew_deadline": "10s", "retry_period": "2s", "fencing_policy": true },
-        },
+        "scheduler": scheduler_json,
         "webhook": { "processes": 2, "behind": "a TCP balancer to the ready backends" },
-        "machine": machine_json(load),
+        "machine": start.machine(),
         "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhooks and schedulers as separate processes",
     });
-    let path = cli.out_dir.join(format!("chaos-{}.json", shape.scale));
-    write_json(&path, &json)?;
     println!("{}", chaos_text(&json));
-    println!("  results: {}", path.display());
-    if failures.is_empty() {
-        return Ok(true);
-    }
-    for f in &failures {
-        eprintln!("bench-e2e chaos: FAILED: {f}");
-    }
-    Ok(false)
+    write_result(&cli.out_dir, &format!("chaos-{}", shape.scale), &json, None)?;
+    Ok(passed("bench-e2e chaos", &failures))
 }
 
 /// The chaos run's summary for the terminal.

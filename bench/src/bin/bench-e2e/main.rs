@@ -37,19 +37,21 @@ mod baseline;
 mod chaos_mode;
 mod fairness_mode;
 mod kueue_mode;
+mod results;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use koord_queue_bench::components::{Placement, SchedulerOptions};
+use koord_queue_bench::floor::FloorWrites;
+use koord_queue_bench::phase::{PhaseConfig, PhaseKind};
 use koord_queue_bench::runner::RuntimeOptions;
 use koord_queue_bench::shape::{Shape, parse_scale};
 use koord_queue_runtime::parse_duration;
-use koord_queue_tests::proc_stats;
 use serde_json::json;
 
 // The shipped webhook's and scheduler's allocator, for them and for the
@@ -268,43 +270,37 @@ impl Cli {
     fn placement(&self, kueue: bool) -> Placement {
         Placement::from_flag(self.components.as_deref(), self.bin_dir.clone(), kueue)
     }
-}
 
-/// What every mode records before its first phase: the command line, the
-/// source revision (taken now: the tree may move on during a long run) and
-/// the load average; the output directory exists and TLS is set up.
-struct Start {
-    command: String,
-    source: serde_json::Value,
-    load: Option<[f64; 3]>,
-}
+    /// A phase of the baseline or the Kueue comparison (`kueue`: our
+    /// components placed as against Kueue's process).
+    fn phase_config(
+        &self,
+        kind: PhaseKind,
+        floor_writes: Option<FloorWrites>,
+        kueue: bool,
+    ) -> PhaseConfig {
+        PhaseConfig {
+            kind,
+            scheduler: self.scheduler(),
+            runtime: self.runtime(),
+            create_concurrency: self.create_concurrency,
+            floor_writes,
+            timeout: self.timeout,
+            queue_spec: self.queue_spec.clone(),
+            components: self.placement(kueue),
+            logs_dir: self.logs_dir.clone(),
+        }
+    }
 
-impl Start {
-    fn take(cli: &Cli) -> Result<Self> {
-        std::fs::create_dir_all(&cli.out_dir)
-            .with_context(|| format!("creating {}", cli.out_dir.display()))?;
-        koord_queue_certs::install_crypto_provider();
-        Ok(Self {
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            source: source_revision(),
-            load: proc_stats::load_average(),
+    /// The scheduler's settings in a result (a mode adds its own).
+    fn scheduler_json(&self) -> serde_json::Value {
+        json!({
+            "write_concurrency": self.write_concurrency,
+            "status_interval": format!("{:?}", self.status_interval),
+            "job_events": self.job_events,
+            "cycle_batch": format!("{:?}", self.cycle_batch),
         })
     }
-}
-
-/// The commit the benchmark was built from and whether the tree had changes.
-fn source_revision() -> serde_json::Value {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let changed =
-        git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count());
-    json!({ "commit": git(&["rev-parse", "HEAD"]), "modified_files": changed })
 }
 
 /// A JSON object from the command line.
@@ -324,21 +320,4 @@ fn parse_run_bound_factor(text: &str) -> Result<f64, String> {
         Ok(_) => Err("at least 1 (a bound is not shorter than the runtime)".into()),
         Err(e) => Err(format!("not a number: {e}")),
     }
-}
-
-/// The machine's part of every result: what the figures were measured on.
-fn machine_json(load: Option<[f64; 3]>) -> serde_json::Value {
-    json!({
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "load_average_at_start": load,
-    })
-}
-
-/// A result as pretty JSON with a final newline.
-fn write_json(path: &Path, json: &serde_json::Value) -> Result<()> {
-    write_file(path, serde_json::to_string_pretty(json)? + "\n")
-}
-
-fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
-    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
