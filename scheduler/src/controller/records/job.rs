@@ -159,39 +159,57 @@ fn member_of(
     Some(Grouping::Member { of, member })
 }
 
-/// A pod of a queued job, as strict dequeue needs it.
+/// Labels a Job's controller puts on its pods, naming the Job's uid
+/// (`batch.kubernetes.io/controller-uid` since Kubernetes 1.27, the older
+/// `controller-uid` before). They outlive the owner reference: a Job
+/// deleted with propagation Orphan leaves its pods running without one.
+const JOB_UID_LABELS: [&str; 2] = ["batch.kubernetes.io/controller-uid", "controller-uid"];
+
+/// A pod of a queued job, as strict dequeue and the quota's hold need it.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct PodRecord {
     /// Namespace.
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Uid of the job that owns it (its controller owner reference).
-    pub owner_uid: String,
+    /// Uid of the job it runs for: its controller owner reference, else
+    /// (an orphaned Job pod) the Job uid its labels name.
+    pub job_uid: String,
     /// `PodScheduled=True`.
     pub scheduled: bool,
     /// `PodScheduled=False` with reason `Unschedulable`: the message.
     pub unschedulable: Option<String>,
-    /// Not Succeeded or Failed: it uses what it requests (also while it
-    /// runs out its grace period after a deletion).
+    /// Not Succeeded or Failed: it uses what it requests, also while it
+    /// runs out its grace period after a deletion (deletionTimestamp set,
+    /// phase still Running) — until the object is gone.
     pub alive: bool,
     /// Its group label (one of `POD_GROUP_LABELS`) and value.
     pub group: Option<(&'static str, String)>,
 }
 
 impl PodRecord {
-    /// The record of `pod`, or `None` for a pod without a controller owner.
+    /// The record of `pod`, or `None` for a pod that runs for no job: one
+    /// without a controller owner and without a Job's uid label.
     pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Self> {
-        let owner = pod
+        let job_uid = pod
             .owner_references()
             .iter()
-            .find(|r| r.controller == Some(true))?;
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone())
+            .or_else(|| {
+                let labels = pod.labels();
+                JOB_UID_LABELS
+                    .iter()
+                    .find_map(|l| labels.get(*l))
+                    .filter(|uid| !uid.is_empty())
+                    .cloned()
+            })?;
         let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
         let scheduled = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
         Some(Self {
             namespace: pod.namespace().unwrap_or_default(),
             name: pod.name_any(),
-            owner_uid: owner.uid.clone(),
+            job_uid,
             scheduled: scheduled.is_some_and(|c| c.status == "True")
                 || pod
                     .spec

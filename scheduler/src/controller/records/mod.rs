@@ -9,7 +9,7 @@ pub use cluster::{
     NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
 };
 pub use job::{Grouping, JobKey, JobRecord, PodRecord};
-pub use unit::UnitRecord;
+pub use unit::{QUOTA_FINALIZER, UnitRecord};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -203,5 +203,104 @@ mod tests {
         let mut plain = job(false);
         plain.metadata.annotations = None;
         assert!(JobRecord::from_object(batch, plain).is_none());
+    }
+
+    fn pod(metadata: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": { "containers": [] },
+            "status": { "phase": "Running" },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_is_its_jobs_by_owner_and_still_by_its_label_once_orphaned() {
+        let owned = pod(serde_json::json!({
+            "name": "p", "namespace": "ns",
+            "labels": { "batch.kubernetes.io/controller-uid": "uid-j" },
+            "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                  "uid": "uid-j", "controller": true }],
+        }));
+        let rec = PodRecord::from_pod(&owned).unwrap();
+        assert_eq!((rec.job_uid.as_str(), rec.alive), ("uid-j", true));
+        // `kubectl delete job j --cascade=orphan`: the owner reference goes,
+        // the label stays (older clusters: `controller-uid`).
+        for label in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+            let orphaned = pod(serde_json::json!({
+                "name": "p", "namespace": "ns", "labels": { label: "uid-j" },
+            }));
+            assert_eq!(PodRecord::from_pod(&orphaned).unwrap().job_uid, "uid-j");
+        }
+        // Terminating: alive until it is gone.
+        let terminating = pod(serde_json::json!({
+            "name": "p", "namespace": "ns", "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "labels": { "batch.kubernetes.io/controller-uid": "uid-j" },
+        }));
+        assert!(PodRecord::from_pod(&terminating).unwrap().alive);
+        // A pod that runs for no job.
+        let plain = pod(serde_json::json!({ "name": "p", "namespace": "ns" }));
+        assert!(PodRecord::from_pod(&plain).is_none());
+    }
+
+    fn unit(metadata: serde_json::Value, spec: serde_json::Value) -> UnitRecord {
+        let mut value = serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": "u", "namespace": "ns" },
+            "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                       "namespace": "ns", "uid": "uid-j" },
+                      "queue": "q", "resource": { "cpu": "2" } },
+        });
+        if let (Some(into), Some(from)) = (value["metadata"].as_object_mut(), metadata.as_object())
+        {
+            into.extend(from.clone());
+        }
+        if let (Some(into), Some(from)) = (value["spec"].as_object_mut(), spec.as_object()) {
+            into.extend(from.clone());
+        }
+        UnitRecord::from_unit(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_unit_names_the_job_it_paid_for_without_its_owner_reference() {
+        let orphaned = unit(
+            serde_json::json!({ "finalizers": [QUOTA_FINALIZER] }),
+            serde_json::json!({}),
+        );
+        assert_eq!(orphaned.owner_uid, None);
+        assert_eq!(orphaned.consumer_uid.as_deref(), Some("uid-j"));
+        assert_eq!(orphaned.job_uids().collect::<Vec<_>>(), ["uid-j"]);
+        assert!(orphaned.guarded);
+        let owned = unit(
+            serde_json::json!({ "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job",
+                "name": "j", "uid": "uid-j" }] }),
+            serde_json::json!({}),
+        );
+        assert_eq!(owned.job_uids().collect::<Vec<_>>(), ["uid-j"], "once");
+        assert!(!owned.guarded);
+    }
+
+    #[test]
+    fn a_run_bound_includes_the_pods_grace_period() {
+        let bounded = |grace: Option<i64>| {
+            let mut template = serde_json::json!({ "spec": { "containers": [] } });
+            if let Some(g) = grace {
+                template["spec"]["terminationGracePeriodSeconds"] = g.into();
+            }
+            unit(
+                serde_json::json!({}),
+                serde_json::json!({ "maxRunSeconds": 600,
+                    "podSet": [{ "name": "main", "count": 2, "template": template }] }),
+            )
+            .max_run_ms
+        };
+        // At its deadline the job's pods are deleted and run out their grace.
+        assert_eq!(bounded(Some(120)), Some(720_000));
+        assert_eq!(bounded(Some(0)), Some(600_000));
+        // The API server's default, 30 s, when the template says nothing.
+        assert_eq!(bounded(None), Some(630_000));
+        // No deadline, no bound.
+        let unbounded = unit(serde_json::json!({}), serde_json::json!({}));
+        assert_eq!(unbounded.max_run_ms, None);
     }
 }

@@ -2,6 +2,24 @@
 
 use super::*;
 
+/// The finalizer the scheduler puts on a unit when it releases it, and
+/// takes off once the unit is deleted and no pod it paid for is alive.
+///
+/// Why a finalizer: the quota a unit holds must outlive the unit's object
+/// while its pods run (a job deleted with background or foreground
+/// propagation has its unit deleted by the garbage collector while the
+/// pods run out their grace period). Kept in memory only, that hold was
+/// lost with a restart of the scheduler; kept on the object, the restarted
+/// scheduler finds the deleting unit, its phase and admissions, and holds
+/// its quota until the pods are gone. A status field would not do: a unit
+/// without a finalizer is gone as soon as it is deleted. Kueue keeps its
+/// Workloads the same way (`kueue.x-k8s.io/resource-in-use`).
+pub const QUOTA_FINALIZER: &str = "koord-queue/quota-held";
+
+/// The grace period of a pod whose template does not set one (the API
+/// server's default of `terminationGracePeriodSeconds`).
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
 /// What the controller knows of a QueueUnit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnitRecord {
@@ -19,7 +37,10 @@ pub struct UnitRecord {
     pub quota: Option<Name>,
     /// Priority.
     pub priority: i32,
-    /// `spec.maxRunSeconds` in ms: the longest its job runs once released.
+    /// The longest its job holds quota once released, in ms:
+    /// `spec.maxRunSeconds` (the job's deadline) plus the longest
+    /// termination grace period of its pod sets — at its deadline the job's
+    /// pods are deleted, and they run on for up to their grace period.
     pub max_run_ms: Option<i64>,
     /// Total resources.
     pub request: Resources,
@@ -33,6 +54,14 @@ pub struct UnitRecord {
     job: JobKey,
     /// Uid of the job once adopted (owner reference).
     pub owner_uid: Option<String>,
+    /// `spec.consumerRef.uid`: the job the unit's quota was paid for.
+    /// Unlike the owner reference it survives an orphaning delete of the job
+    /// (the garbage collector removes the reference, not the spec), and
+    /// tenants cannot write units: pods still running on the unit's quota
+    /// are found by it, also after a restart.
+    pub consumer_uid: Option<String>,
+    /// Whether it carries [`QUOTA_FINALIZER`].
+    pub guarded: bool,
     /// Observed phase.
     pub phase: Option<QueueUnitPhase>,
     /// Sum of `status.admissions[].resources`: what the unit holds.
@@ -103,6 +132,7 @@ impl UnitRecord {
             max_run_ms: spec
                 .max_run_seconds
                 .filter(|s| *s > 0)
+                .map(|s| s.saturating_add(longest_grace_seconds(&spec.pod_set)))
                 .map(|s| s.saturating_mul(1000)),
             request,
             labels: Labels::from_map(labels),
@@ -118,6 +148,13 @@ impl UnitRecord {
                     .find(|r| job_uid(r))
                     .map(|r| r.uid.clone())
             },
+            consumer_uid: spec.consumer_ref.uid.clone().filter(|u| !u.is_empty()),
+            guarded: unit
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == QUOTA_FINALIZER),
             phase: status.phase,
             held,
             message: status.message,
@@ -164,8 +201,37 @@ impl UnitRecord {
         self.job.clone()
     }
 
+    /// The uids whose pods run on the unit's quota: its consumer's and its
+    /// owner's (the same job, but the owner reference is gone after an
+    /// orphaning delete, and units created before the consumer uid was
+    /// written may lack it).
+    pub fn job_uids(&self) -> impl Iterator<Item = &str> {
+        let owner = self
+            .owner_uid
+            .as_deref()
+            .filter(|o| Some(*o) != self.consumer_uid.as_deref());
+        self.consumer_uid.as_deref().into_iter().chain(owner)
+    }
+
     /// Whether the observed status says the unit holds quota.
     pub fn holds_quota(&self) -> bool {
         self.phase.is_some_and(QueueUnitPhase::holds_quota)
     }
+}
+
+/// The longest termination grace period of `pod_sets`' pods, in seconds
+/// (the API server's default where a template does not set one).
+fn longest_grace_seconds(pod_sets: &[koord_queue_api::queue_unit::PodSet]) -> i64 {
+    pod_sets
+        .iter()
+        .map(|ps| {
+            ps.template
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(DEFAULT_GRACE_SECONDS)
+                .max(0)
+        })
+        .max()
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
 }

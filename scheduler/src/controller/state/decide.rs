@@ -15,7 +15,8 @@ pub(super) struct UnitView<'a> {
     pub queue: Option<&'a QueueRecord>,
     /// The job's pods (strict dequeue counts the bound ones).
     pub pods: Option<&'a HashMap<String, PodRecord>>,
-    /// A pod of the job (its own or its group's) still runs.
+    /// A pod the unit paid for is alive: its job's own (also orphaned by
+    /// the job's deletion, also terminating) or its job's group's.
     pub pods_alive: bool,
     /// A held job of this unit means it was suspended again (rather than
     /// that this process's release has not reached it yet).
@@ -41,11 +42,13 @@ pub(super) struct UnitView<'a> {
 /// What a submitted lifecycle write does to the unit's quota at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum OnSubmit {
-    /// Nothing until the write's result is known.
+    /// Nothing until the write's result is known. A write that ends the
+    /// unit's claim while pods it paid for are alive keeps the quota too:
+    /// [`desired_membership`] holds it until they are gone.
     Keep,
     /// Freed the moment the write is submitted: the job is finished, or is
-    /// being held again. Should the write fail, the unit is reconciled (and
-    /// held) again.
+    /// being held again, and none of its pods is alive. Should the write
+    /// fail, the unit is reconciled (and held) again.
     Free,
 }
 
@@ -91,12 +94,21 @@ pub(super) struct Step {
 pub(super) fn next_step(v: &UnitView<'_>) -> Step {
     let (k, rec, job) = (v.key, v.rec, v.job);
     let mut step = Step::default();
+    if rec.deleting {
+        step.intent = deleting_outcome(v);
+        return step;
+    }
     let phase = effective_phase(rec, job);
     step.intent = match (phase, job) {
         (None, Some(job)) if !job.deleting => Some(Intent::keep(Write::Adopt {
             unit: k.clone(),
             job: job_ref(job),
         })),
+        // The job is gone and pods it ran on the unit's quota still run (it
+        // was deleted with propagation Orphan, which leaves the unit too):
+        // the unit, kept, holds the quota until they are gone — also across
+        // a restart, as its consumer uid finds them.
+        (Some(_), None) if v.pods_alive => None,
         // Adopted units whose job is gone: delete (the garbage collector
         // would too; doing it now frees the quota at once).
         (Some(_), None) => Some(Intent::keep(Write::DeleteUnit { unit: k.clone() })),
@@ -181,7 +193,40 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
         && rec.phase.is_none()
         && phase == Some(QueueUnitPhase::Enqueued)
         && job.is_some_and(|j| j.held && !j.deleting);
+    // Whatever the write says (sent back, backoff over, finished), quota
+    // that pods still use is not freed with it: the unit keeps holding
+    // until they are gone (`desired_membership`), or a preemptor, a
+    // reclaimer or the job's own next release would run beside them.
+    if v.pods_alive
+        && let Some(intent) = step.intent.as_mut()
+    {
+        intent.on_submit = OnSubmit::Keep;
+    }
     step
+}
+
+/// A unit being deleted (by the garbage collector after its job, or by
+/// someone): it keeps its quota while a pod it paid for is alive — its
+/// `records::QUOTA_FINALIZER` keeps the object, and so the hold, also across a
+/// restart — then the finalizer comes off and frees it. A live job whose
+/// unit is deleted is held again first (architecture §3 rule 3): its pods
+/// would not be gone otherwise.
+fn deleting_outcome(v: &UnitView<'_>) -> Option<Intent> {
+    if let Some(job) = v.job
+        && !job.held
+        && !job.deleting
+        && !finished(job.state)
+    {
+        return Some(Intent::keep(Write::HoldJob {
+            unit: v.key.clone(),
+            job: job_ref(job),
+        }));
+    }
+    (v.rec.guarded && !v.pods_alive).then(|| {
+        Intent::free(Write::RemoveFinalizer {
+            unit: v.key.clone(),
+        })
+    })
 }
 
 /// The next step of a unit that holds quota: finished, waiting for its
@@ -221,7 +266,9 @@ fn holding_outcome(
         return Some(more);
     }
     if job.held {
+        // Pods alive mean the release reached the job: it is held again.
         if v.found_released
+            && !v.pods_alive
             && matches!(phase, QueueUnitPhase::Dequeued | QueueUnitPhase::SchedReady)
         {
             // Released by a leader that lost the Lease between the unit's
@@ -234,11 +281,19 @@ fn holding_outcome(
                 attempts: None,
                 phase,
                 checks: None,
+                guard: !rec.guarded,
                 message: format!(
                     "released from queue {} (the release was finished after a leader change)",
                     queue_of(rec)
                 ),
             }));
+        }
+        // Suspended again (by its owner, say): its pods are being deleted
+        // and run out their grace period. The unit waits in the queue again
+        // only once they are gone: released again sooner, the job's new
+        // pods would run beside them.
+        if v.pods_alive {
+            return None;
         }
         return v.suspended_again.then(|| {
             Intent::free(Write::Phase {
@@ -325,6 +380,7 @@ fn checks_outcome(v: &UnitView<'_>, job: &JobRecord) -> Option<Intent> {
             attempts: None,
             phase: release_phase(v.queue, v.strict_default),
             checks: None,
+            guard: !rec.guarded,
             message: format!(
                 "admission checks passed; released from queue {}",
                 queue_of(rec)
@@ -433,6 +489,7 @@ pub(super) fn release(
         attempts: Some(rec.attempts + 1),
         phase,
         checks: (!checks.is_empty()).then_some(checks),
+        guard: !rec.guarded,
         message,
     }
 }
@@ -478,6 +535,7 @@ fn release_again(v: &UnitView<'_>, job: &JobRecord, phase: QueueUnitPhase) -> Wr
         attempts: Some(rec.attempts),
         phase,
         checks: reserved.then(|| rec.checks.clone()),
+        guard: !rec.guarded,
         message: format!(
             "{what} {} (sent again: the answer to the first attempt was lost)",
             queue_of(rec)
@@ -570,7 +628,16 @@ pub(super) fn desired_membership(
     job: Option<&JobRecord>,
     pods_alive: bool,
 ) -> Membership {
-    if rec.deleting || rec.invalid.is_some() {
+    if rec.invalid.is_some() {
+        return Membership::Absent;
+    }
+    // Pods it paid for are alive: whatever its phase says (sent back,
+    // suspended again, finished, its job deleted, itself deleting), the
+    // unit holds its quota until they are gone.
+    if pods_alive {
+        return Membership::Holding;
+    }
+    if rec.deleting {
         return Membership::Absent;
     }
     match effective_phase(rec, job) {

@@ -42,6 +42,17 @@ fn job(held: bool, status: Value) -> JobRecord {
 /// The step for `rec` and `job`, in short: the write's operation (with its
 /// phase or reason) and its effect on quota.
 fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> Step {
+    decide_with_pods(rec, job, suspended_again, false)
+}
+
+/// [`decide`] where `pods_alive` says whether a pod the unit paid for is
+/// alive (running, or terminating).
+fn decide_with_pods(
+    rec: &UnitRecord,
+    job: Option<&JobRecord>,
+    suspended_again: bool,
+    pods_alive: bool,
+) -> Step {
     let key: Key = "ns/u".into();
     next_step(&UnitView {
         key: &key,
@@ -49,7 +60,7 @@ fn decide(rec: &UnitRecord, job: Option<&JobRecord>, suspended_again: bool) -> S
         job,
         queue: None,
         pods: None,
-        pods_alive: false,
+        pods_alive,
         suspended_again,
         found_released: false,
         unconfirmed: false,
@@ -338,4 +349,157 @@ fn a_release_whose_answer_was_lost_is_sent_again_whole_and_keeps_its_quota() {
         summary(&next_step(&view(rec, running, true))),
         Some(("Phase Running".to_string(), OnSubmit::Keep))
     );
+}
+
+/// Quota is held while anything it paid for runs (issue 37): each row is a
+/// unit whose pods are alive (running, terminating, or orphaned by their
+/// job's deletion) or gone, and the step it gets — a write that would free
+/// the quota keeps it while the pods are alive.
+#[test]
+fn quota_is_held_while_pods_it_paid_for_are_alive() {
+    use OnSubmit::{Free, Keep};
+    let running = json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" });
+    let deleting = |mut rec: UnitRecord, guarded: bool| {
+        rec.deleting = true;
+        rec.guarded = guarded;
+        rec
+    };
+    let backoff_over = json!({ "phase": "TimeoutBackoff", "requeueState": { "count": 1, "requeueAt": "2025-12-31T23:59:00Z" } });
+    type Row = (
+        &'static str,
+        UnitRecord,
+        Option<JobRecord>,
+        bool,
+        Option<(&'static str, OnSubmit)>,
+    );
+    let table: Vec<Row> = vec![
+        (
+            "suspended again while its pods terminate: it keeps holding",
+            unit(json!({ "phase": "Running" })),
+            Some(job(true, json!({}))),
+            true,
+            None,
+        ),
+        (
+            "its job deleted with propagation Orphan while its pods run: kept",
+            unit(json!({ "phase": "Running" })),
+            None,
+            true,
+            None,
+        ),
+        (
+            "its job gone and its pods too: deleted",
+            unit(json!({ "phase": "Running" })),
+            None,
+            false,
+            Some(("delete_unit", Keep)),
+        ),
+        (
+            "finished while a pod runs: it waits for the pod",
+            unit(json!({ "phase": "Running" })),
+            Some(job(
+                false,
+                json!({ "conditions": [{ "type": "Failed", "status": "True" }] }),
+            )),
+            true,
+            None,
+        ),
+        (
+            "a backoff over while the sent-back job's pods terminate keeps the quota",
+            unit(backoff_over),
+            Some(job(true, json!({}))),
+            true,
+            Some(("Phase Enqueued", Keep)),
+        ),
+        (
+            "a cut-short send-back finished while its pods run keeps the quota",
+            unit(
+                json!({ "phase": "SchedFailed", "message": "SchedFailed: 0 of 1 pods bound after 300s" }),
+            ),
+            Some(job(false, json!({}))),
+            true,
+            Some(("Backoff SchedulingTimeout", Keep)),
+        ),
+        (
+            "deleting with the finalizer while its pods terminate: it holds",
+            deleting(unit(json!({ "phase": "Running" })), true),
+            None,
+            true,
+            None,
+        ),
+        (
+            "deleting with the finalizer, its pods gone: the finalizer comes off",
+            deleting(unit(json!({ "phase": "Running" })), true),
+            None,
+            false,
+            Some(("remove_finalizer", Free)),
+        ),
+        (
+            "deleting without the finalizer: nothing to take off",
+            deleting(unit(json!({ "phase": "Running" })), false),
+            None,
+            false,
+            None,
+        ),
+        (
+            "deleting while its job runs: the job is held again first",
+            deleting(unit(json!({ "phase": "Running" })), true),
+            Some(job(false, running)),
+            true,
+            Some(("hold_job", Keep)),
+        ),
+    ];
+    for (name, rec, job, pods_alive, want) in table {
+        let got = summary(&decide_with_pods(&rec, job.as_ref(), true, pods_alive));
+        let want = want.map(|(w, q)| (w.to_string(), q));
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn a_unit_whose_pods_are_alive_holds_whatever_its_phase() {
+    let held = job(true, json!({}));
+    for status in [
+        json!({ "phase": "Enqueued" }),
+        json!({ "phase": "TimeoutBackoff" }),
+        json!({ "phase": "Succeed" }),
+        json!({ "phase": "Running" }),
+    ] {
+        let rec = unit(status.clone());
+        assert_eq!(
+            desired_membership(&rec, Some(&held), true),
+            Membership::Holding,
+            "{status}"
+        );
+        assert_eq!(desired_membership(&rec, None, true), Membership::Holding);
+    }
+    let mut gone = unit(json!({ "phase": "Running" }));
+    gone.deleting = true;
+    assert_eq!(desired_membership(&gone, None, true), Membership::Holding);
+    assert_eq!(desired_membership(&gone, None, false), Membership::Absent);
+}
+
+#[test]
+fn a_held_job_whose_pods_ran_is_not_taken_for_a_release_cut_short() {
+    // Found released at start and never seen running, but its pods are
+    // alive: the release reached it, and its owner suspended it since.
+    let key: Key = "ns/u".into();
+    let rec = unit(json!({ "phase": "Dequeued", "attempts": 1 }));
+    let held = job(true, json!({}));
+    let step = next_step(&UnitView {
+        key: &key,
+        rec: &rec,
+        job: Some(&held),
+        queue: None,
+        pods: None,
+        pods_alive: true,
+        suspended_again: true,
+        found_released: true,
+        unconfirmed: false,
+        members_released_at: None,
+        strict_default: None,
+        now_ms: NOW_MS,
+        jitter_salt: 7,
+    });
+    assert!(step.intent.is_none(), "{:?}", step.intent);
 }

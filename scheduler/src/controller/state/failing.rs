@@ -74,7 +74,9 @@ pub(super) fn kind_unseen(failing: &HashSet<&'static str>, rec: &UnitRecord) -> 
 /// Where a unit belongs in the core when its job cannot be seen: holding
 /// what its status says it holds, else nowhere (it is not released blind).
 pub(super) fn membership_of_unit_alone(rec: &UnitRecord) -> Membership {
-    if !rec.deleting && rec.invalid.is_none() && rec.holds_quota() {
+    // A deleting unit with the quota finalizer may still pay for pods: kept
+    // until its job's pods can be seen again.
+    if (!rec.deleting || rec.guarded) && rec.invalid.is_none() && rec.holds_quota() {
         Membership::Holding
     } else {
         Membership::Absent

@@ -36,6 +36,9 @@ impl Controller {
         match change {
             Change::Applied(rec) => {
                 let k = rec.key();
+                let uids =
+                    |r: &UnitRecord| -> Vec<String> { r.job_uids().map(str::to_string).collect() };
+                let mut reindex = None;
                 match self.units.get_mut(&k) {
                     Some(st) => {
                         if let (Some(expected), Some(rv)) = (st.expect_rv, rec.resource_version)
@@ -46,20 +49,29 @@ impl Controller {
                         if st.expect_rv.take().is_some() {
                             self.writer.settled(&k);
                         }
-                        st.rec = *rec;
+                        let old = std::mem::replace(&mut st.rec, *rec);
                         st.unconfirmed = false;
+                        if old.job_uids().ne(st.rec.job_uids()) {
+                            reindex = Some((uids(&old), uids(&st.rec)));
+                        }
                     }
                     None => {
+                        reindex = Some((Vec::new(), uids(&rec)));
                         self.units.insert(k.clone(), Box::new(UnitState::new(*rec)));
                     }
+                }
+                if let Some((old, new)) = reindex {
+                    self.index_unit(&k, &old, &new);
                 }
                 self.reconcile(&k);
             }
             Change::Deleted(ns, name) => {
                 let k = key(&ns, &name);
                 if let Some(st) = self.units.remove(&k) {
+                    let old: Vec<String> = st.rec.job_uids().map(str::to_string).collect();
+                    self.index_unit(&k, &old, &[]);
                     // Its quota goes with its pods, not with the object.
-                    if st.member != Membership::Absent && !self.linger(&k, &st.rec) {
+                    if st.member != Membership::Absent && !self.linger(&k, &st) {
                         self.core.remove_unit(&k);
                         self.request_cycle();
                     }

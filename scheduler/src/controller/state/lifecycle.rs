@@ -15,14 +15,27 @@ impl Controller {
             .jobs
             .get(&st.rec.job_key())
             .filter(|j| j.unit_name == st.rec.name);
+        // The job's pod group is remembered: should the job be deleted
+        // first, the group's pods still run on the unit's quota.
+        if let Some(group) = job.and_then(group_of) {
+            st.pod_group = Some(group);
+        }
+        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
+        let pods_alive = pods_alive(
+            &self.pods,
+            &self.pod_groups,
+            st.rec.job_uids().chain(job.map(|j| j.uid.as_str())),
+            group.as_ref(),
+        );
         let job_finished = job.is_some_and(|j| finished(j.state));
         // A Running phase still waiting for a slot is moot once the job has
         // finished: withdrawn, the Succeed/Failed write takes its place.
         if st.awaiting && !(job_finished && st.withdraw()) {
-            // Quota is freed the moment the job finishes, even while a write
-            // for its unit (say, its Running phase) is in flight; the
-            // Succeed/Failed write follows once that one is done.
-            if st.member == Membership::Holding && job_finished {
+            // Quota is freed the moment the job finishes and its pods are
+            // gone, even while a write for its unit (say, its Running phase)
+            // is in flight; the Succeed/Failed write follows once that one
+            // is done.
+            if st.member == Membership::Holding && job_finished && !pods_alive {
                 self.set_membership(k, Membership::Absent);
             }
             return;
@@ -35,7 +48,6 @@ impl Controller {
             self.set_membership(k, desired);
             return;
         }
-        let pods_alive = job.is_some_and(|j| pods_alive(&self.pods, &self.pod_groups, j));
         let desired = desired_membership(&st.rec, job, pods_alive);
         self.set_membership(k, desired);
         if self.synced() && self.leads() {
@@ -109,7 +121,7 @@ impl Controller {
             job,
             queue: self.queues.get(queue_of(&st.rec)),
             pods: job.and_then(|j| self.pods.get(&j.uid)),
-            pods_alive: job.is_some_and(|j| self.pods_alive(j)),
+            pods_alive: self.unit_pods_alive(st, job),
             suspended_again: st.held_job_was_suspended_again(),
             found_released: !st.released_here && !st.release_ack,
             unconfirmed: st.unconfirmed,
@@ -124,11 +136,9 @@ impl Controller {
     /// only): the step is decided by [`next_step`] from what was observed.
     pub(super) fn lifecycle(&mut self, k: &Key) {
         let Some(view) = self.view(k) else { return };
-        if self
-            .units
-            .get(k)
-            .is_none_or(|st| st.awaiting || st.rec.deleting)
-        {
+        // A deleting unit is decided too: its quota finalizer comes off
+        // once its pods are gone (`decide::deleting_outcome`).
+        if self.units.get(k).is_none_or(|st| st.awaiting) {
             return;
         }
         let step = next_step(&view);

@@ -124,6 +124,9 @@ struct UnitState {
     /// Its pod group's (gated, released) members when more of them were
     /// last released (see `decide::members_to_release`).
     members_released_at: Option<(usize, usize)>,
+    /// Its job's pod group, as last seen (a RayJob's cluster): its pods
+    /// still run on the unit's quota after the job is deleted.
+    pod_group: Option<PodGroup>,
 }
 
 impl UnitState {
@@ -144,6 +147,7 @@ impl UnitState {
             last_waiting_event: None,
             released_at: None,
             members_released_at: None,
+            pod_group: None,
         }
     }
 
@@ -292,6 +296,9 @@ pub struct Controller {
     failing_kinds: HashSet<&'static str>,
     /// Jobs by uid and by pod group (see `pods.rs`).
     jobs_by_uid: HashMap<String, JobKey>,
+    /// Units by the uids of their jobs (see `pods.rs`): found by a pod
+    /// also once the job is gone.
+    units_by_uid: HashMap<String, Key>,
     jobs_by_group: HashMap<PodGroup, JobKey>,
     /// Running pods per pod group.
     pod_groups: HashMap<PodGroup, usize>,
@@ -357,6 +364,7 @@ impl Controller {
             pods: HashMap::new(),
             failing_kinds: HashSet::new(),
             jobs_by_uid: HashMap::new(),
+            units_by_uid: HashMap::new(),
             jobs_by_group: HashMap::new(),
             pod_groups: HashMap::new(),
             lingering: Vec::new(),

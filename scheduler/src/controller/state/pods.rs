@@ -1,18 +1,26 @@
 //! A job's pods, as far as the queue cares: how many are bound (strict
-//! dequeue), and whether any still runs. Quota is freed when the pods are
-//! gone, not when the job says it is done or its object is deleted: a pod
-//! runs out its grace period after its job goes, and a RayJob's cluster
-//! may outlive the job's success. A pod is alive until it is Succeeded,
-//! Failed or deleted.
+//! dequeue), and whether any still runs. Quota is held while anything it
+//! paid for runs: it is freed when the pods are gone, not when the job says
+//! it is done, is suspended again, is sent back or is deleted — a pod runs
+//! out its grace period after its deletion, a Job deleted with propagation
+//! Orphan leaves its pods running, and a RayJob's cluster may outlive the
+//! job's success. A pod is alive until it is Succeeded, Failed or gone.
+//!
+//! Pods are found by the uid of the job they run for (`PodRecord::job_uid`,
+//! which an orphaned Job pod keeps in its labels) and units by the uids of
+//! theirs (`UnitRecord::job_uids`, the consumer uid kept in the unit's
+//! spec): the pair survives the job's object and a restart of the scheduler.
 
 use super::*;
 
-/// A unit deleted while pods of its job still ran: it keeps its quota in
-/// the core until they are gone.
+/// A unit deleted while pods it paid for still ran, and which carried no
+/// `records::QUOTA_FINALIZER` to keep its object until they are gone (released by
+/// an earlier version, or the finalizer could not be written): it keeps
+/// its quota in the core, in memory only, until they are gone.
 #[derive(Debug)]
 pub(super) struct Lingering {
     unit: Key,
-    owner_uid: String,
+    job_uids: Vec<String>,
     /// The job's pod group, if it has one: namespace, label, value.
     group: Option<PodGroup>,
 }
@@ -24,7 +32,7 @@ impl Controller {
     pub(super) fn on_pod(&mut self, change: Change<Box<PodRecord>>) {
         let (pod, was_alive) = match change {
             Change::Applied(pod) => {
-                let pods = self.pods.entry(pod.owner_uid.clone()).or_default();
+                let pods = self.pods.entry(pod.job_uid.clone()).or_default();
                 let before = pods.get(&pod.name);
                 if before == Some(&*pod) {
                     return;
@@ -77,14 +85,19 @@ impl Controller {
             }
             self.release_lingering();
         }
-        // The units of the pod's job (its owner, or the job of its group).
+        // The units the pod runs for: its job's (found by the job, or by
+        // the unit's own record of the job's uid once the job is gone), and
+        // its group's job's.
         let mut units: Vec<Key> = Vec::new();
         if let Some(job) = self
             .jobs_by_uid
-            .get(&pod.owner_uid)
+            .get(&pod.job_uid)
             .and_then(|k| self.jobs.get(k))
         {
             units.push(job.unit.clone());
+        }
+        if let Some(unit) = self.units_by_uid.get(&pod.job_uid) {
+            units.push(unit.clone());
         }
         if let Some(job) = group
             .as_ref()
@@ -93,14 +106,16 @@ impl Controller {
         {
             units.push(job.unit.clone());
         }
+        units.sort();
+        units.dedup();
         for unit in units {
             let Some(st) = self.units.get(&unit) else {
                 continue;
             };
-            // Strict dequeue counts bound pods; a finished job waits for
-            // its pods to be gone before its quota is freed.
+            // Strict dequeue counts bound pods; whatever the unit's phase,
+            // its quota is held while a pod it paid for is alive.
             let strict = st.rec.phase == Some(QueueUnitPhase::SchedReady);
-            if strict || (was_alive != pod.alive && st.rec.holds_quota()) {
+            if strict || was_alive != pod.alive {
                 self.reconcile(&unit);
             }
         }
@@ -123,36 +138,50 @@ impl Controller {
         }
     }
 
-    /// Whether a pod of `job` (its own, or of its group) still runs.
-    pub(super) fn pods_alive(&self, job: &JobRecord) -> bool {
-        pods_alive(&self.pods, &self.pod_groups, job)
+    /// Keeps the units' index by their jobs' uids in step: unit `k` was
+    /// found by `old` and is found by `new` now.
+    pub(super) fn index_unit(&mut self, k: &Key, old: &[String], new: &[String]) {
+        for uid in old {
+            if self.units_by_uid.get(uid) == Some(k) {
+                self.units_by_uid.remove(uid);
+            }
+        }
+        for uid in new {
+            self.units_by_uid.insert(uid.clone(), k.clone());
+        }
     }
 
-    /// Unit `k` (`rec`), holding quota, is deleted: if pods of its job
-    /// still run, it keeps its quota until they are gone. True if it lingers.
-    pub(super) fn linger(&mut self, k: &Key, rec: &UnitRecord) -> bool {
-        let Some(owner_uid) = rec.owner_uid.clone() else {
-            return false;
-        };
+    /// Whether a pod that unit `st` paid for is alive: its job's (by the
+    /// uids the unit records, and by its job's uid when the job is seen) or
+    /// its job's pod group's.
+    pub(super) fn unit_pods_alive(&self, st: &UnitState, job: Option<&JobRecord>) -> bool {
+        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
+        pods_alive(
+            &self.pods,
+            &self.pod_groups,
+            st.rec.job_uids().chain(job.map(|j| j.uid.as_str())),
+            group.as_ref(),
+        )
+    }
+
+    /// Unit `k` (`st`), holding quota, is gone from the API: if pods it
+    /// paid for still run, it keeps its quota until they are gone. True if
+    /// it lingers.
+    pub(super) fn linger(&mut self, k: &Key, st: &UnitState) -> bool {
         let job = self
-            .jobs_by_uid
-            .get(&owner_uid)
-            .and_then(|jk| self.jobs.get(jk));
-        let group = job.and_then(group_of);
-        let alive = self
-            .pods
-            .get(&owner_uid)
-            .is_some_and(|pods| pods.values().any(|p| p.alive))
-            || group
-                .as_ref()
-                .is_some_and(|g| self.pod_groups.contains_key(g));
-        if !alive {
+            .jobs
+            .get(&st.rec.job_key())
+            .filter(|j| j.unit_name == st.rec.name);
+        if !self.unit_pods_alive(st, job) {
             return false;
         }
-        tracing::info!(unit = %k, "unit deleted while its job's pods run: its quota is kept until they are gone");
+        let mut job_uids: Vec<String> = st.rec.job_uids().map(str::to_string).collect();
+        job_uids.extend(job.map(|j| j.uid.clone()));
+        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
+        tracing::info!(unit = %k, "unit gone while pods it paid for run: its quota is kept until they are gone");
         self.lingering.push(Lingering {
             unit: k.clone(),
-            owner_uid,
+            job_uids,
             group,
         });
         true
@@ -166,14 +195,12 @@ impl Controller {
         let (gone, still): (Vec<Lingering>, Vec<Lingering>) = std::mem::take(&mut self.lingering)
             .into_iter()
             .partition(|l| {
-                !self
-                    .pods
-                    .get(&l.owner_uid)
-                    .is_some_and(|pods| pods.values().any(|p| p.alive))
-                    && !l
-                        .group
-                        .as_ref()
-                        .is_some_and(|g| self.pod_groups.contains_key(g))
+                !pods_alive(
+                    &self.pods,
+                    &self.pod_groups,
+                    l.job_uids.iter().map(String::as_str),
+                    l.group.as_ref(),
+                )
             });
         self.lingering = still;
         for l in gone {
@@ -189,20 +216,22 @@ impl Controller {
 }
 
 /// The pod group of `job`, keyed for the controller's indexes.
-fn group_of(job: &JobRecord) -> Option<PodGroup> {
+pub(super) fn group_of(job: &JobRecord) -> Option<PodGroup> {
     job.pod_group
         .as_ref()
         .map(|(label, value)| (job.namespace.to_string(), *label, value.clone()))
 }
 
-/// Whether a pod of `job` (its own, or of its group) still runs, given the
-/// pods by owner uid and the running pods per group.
-pub(super) fn pods_alive(
+/// Whether a pod runs for one of `job_uids` or in `group`, given the pods
+/// by job uid and the running pods per group.
+pub(super) fn pods_alive<'a>(
     pods: &HashMap<String, HashMap<String, PodRecord>>,
     groups: &HashMap<PodGroup, usize>,
-    job: &JobRecord,
+    mut job_uids: impl Iterator<Item = &'a str>,
+    group: Option<&PodGroup>,
 ) -> bool {
-    pods.get(&job.uid)
-        .is_some_and(|pods| pods.values().any(|p| p.alive))
-        || group_of(job).is_some_and(|g| groups.contains_key(&g))
+    job_uids.any(|uid| {
+        pods.get(uid)
+            .is_some_and(|pods| pods.values().any(|p| p.alive))
+    }) || group.is_some_and(|g| groups.contains_key(g))
 }

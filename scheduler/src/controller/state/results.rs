@@ -99,7 +99,37 @@ impl Controller {
             Write::Phase {
                 phase, admissions, ..
             } => self.on_phase_written(&k, phase, admissions.is_some(), ok_rv.is_some()),
-            Write::HoldJob { .. } | Write::ReleaseMembers { .. } | Write::DeleteUnit { .. } => {
+            Write::HoldJob { job, .. } => {
+                st.awaiting = false;
+                if ok_rv.is_some() {
+                    // Until its watch event comes, the record must not read
+                    // running: that would hold it again, and a deleting
+                    // unit would wait for a job already held.
+                    if job.group.is_none()
+                        && let Some(j) = self.jobs.get_mut(&JobKey::new(
+                            job.adapter.kind().kind,
+                            &job.namespace,
+                            &job.name,
+                        ))
+                        && j.uid == job.uid
+                    {
+                        j.held = true;
+                    }
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::DeleteUnit { .. } => {
+                st.awaiting = false;
+                if ok_rv.is_some() {
+                    // Deleted (or deleting, kept by its finalizer): not
+                    // deleted again before the watch says so.
+                    st.rec.deleting = true;
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::ReleaseMembers { .. } | Write::RemoveFinalizer { .. } => {
                 st.awaiting = false;
                 if ok_rv.is_none() {
                     self.retry.insert(k.clone());

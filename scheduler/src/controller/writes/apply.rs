@@ -96,6 +96,7 @@ impl Writer {
                 attempts,
                 phase,
                 checks,
+                guard,
                 message,
             } => {
                 let status = release_status(
@@ -110,6 +111,14 @@ impl Writer {
                 let rv = until_known(move || self.patch_unit_status(unit, status.clone())).await?;
                 if *phase == QueueUnitPhase::Reserved {
                     return Ok(rv); // the job stays held until every check is Ready
+                }
+                // Before the job runs, so that the unit outlives its pods
+                // (`records::QUOTA_FINALIZER`). Should it fail, the release
+                // goes on: a unit deleted without it keeps its quota in the
+                // controller's memory while its pods run (`state/pods.rs`),
+                // and the next release of the unit tries again.
+                if *guard && let Err(error) = until_known(move || self.guard_unit(unit)).await {
+                    tracing::warn!(unit = %unit, %error, "the quota finalizer could not be put on the unit");
                 }
                 self.lift_hold(unit, job).await.map(|()| rv)
             }
@@ -168,6 +177,7 @@ impl Writer {
                 self.patch_unit_status(unit, json!({ "position": position, "message": message }))
                     .await
             }
+            Write::RemoveFinalizer { unit } => self.remove_quota_finalizer(unit).await,
             Write::DeleteUnit { unit } => {
                 self.fence()?;
                 let (ns, name) = split(unit);

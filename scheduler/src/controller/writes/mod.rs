@@ -16,6 +16,7 @@
 
 mod apply;
 mod backlog;
+mod finalizer;
 mod group;
 mod writer;
 
@@ -104,6 +105,10 @@ pub enum Write {
         phase: QueueUnitPhase,
         /// The admission checks to start (`Some` with Reserved).
         checks: Option<Vec<AdmissionCheckState>>,
+        /// The unit does not carry the quota finalizer yet
+        /// (`records::QUOTA_FINALIZER`): it is put on before the job's hold
+        /// is lifted, so that the unit outlives its job's pods.
+        guard: bool,
         /// Status message.
         message: String,
     },
@@ -171,6 +176,12 @@ pub enum Write {
     },
     /// Delete a unit (its job is gone, or it is an orphan).
     DeleteUnit {
+        /// The unit.
+        unit: Key,
+    },
+    /// Take the quota finalizer off a deleting unit: no pod it paid for is
+    /// alive any more.
+    RemoveFinalizer {
         /// The unit.
         unit: Key,
     },
@@ -291,6 +302,7 @@ impl Write {
             | Self::ReleaseMembers { .. }
             | Self::RecreateUnit { .. }
             | Self::DeleteUnit { .. }
+            | Self::RemoveFinalizer { .. }
             | Self::EnsureQueue { .. }
             | Self::DeleteQueue { .. } => Lane::Lifecycle,
         }
@@ -322,6 +334,7 @@ impl Write {
             Self::RecreateUnit { .. } => "recreate_unit",
             Self::Visibility { .. } => "visibility",
             Self::DeleteUnit { .. } => "delete_unit",
+            Self::RemoveFinalizer { .. } => "remove_finalizer",
             Self::EnsureQueue { .. } => "ensure_queue",
             Self::DeleteQueue { .. } => "delete_queue",
             Self::QueueStatus { .. } => "queue_status",
@@ -340,7 +353,8 @@ impl Write {
             | Self::HoldJob { unit, .. }
             | Self::ReleaseMembers { unit, .. }
             | Self::Visibility { unit, .. }
-            | Self::DeleteUnit { unit } => Some(unit),
+            | Self::DeleteUnit { unit }
+            | Self::RemoveFinalizer { unit } => Some(unit),
             _ => None,
         }
     }

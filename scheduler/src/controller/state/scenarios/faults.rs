@@ -97,7 +97,7 @@ fn pod(name: &str, alive: bool) -> Input {
     Input::Pod(Change::Applied(Box::new(PodRecord {
         namespace: "ns".into(),
         name: name.into(),
-        owner_uid: "uid-j".into(),
+        job_uid: "uid-j".into(),
         scheduled: true,
         unschedulable: None,
         alive,
@@ -162,7 +162,7 @@ fn a_succeeded_job_keeps_its_quota_while_its_pod_group_runs() {
         Input::Pod(Change::Applied(Box::new(PodRecord {
             namespace: "ns".into(),
             name: "c1-head".into(),
-            owner_uid: "uid-cluster".into(),
+            job_uid: "uid-cluster".into(),
             scheduled: true,
             unschedulable: None,
             alive,

@@ -461,3 +461,4 @@ fn waiting_unit(s: &mut Scenario, name: &str, job: &str, cpu: &str) {
 
 mod faults;
 mod preemption;
+mod quota_held;
