@@ -50,6 +50,22 @@ pub const QUEUE_PODS_NAMESPACE_LABEL: &str = "koord-queue/queue-pods";
 /// by label (`JobAdapter::labels_queued`: Pods). Set at admission and never
 /// changed by anyone else: the scheduler would lose the object.
 pub const QUEUED_LABEL: &str = "koord-queue/queued";
+/// Label the webhook puts on a proven child pod: the uid of the queued job
+/// whose unit pays for it (the first queued ancestor). The pods one unit
+/// pays for are counted by it; only the webhook sets it.
+pub const CHARGED_TO_LABEL: &str = "koord-queue/charged-to";
+/// Annotation the webhook puts on a proven child pod: the uid of the
+/// admission request that created it, by which the webhook tells a pod it
+/// admitted a moment ago (named by `generateName` after admission) in a list.
+pub const ADMISSION_ANNOTATION: &str = "koord-queue/admission";
+/// Annotation of a Namespace or an ElasticQuota (the administrator's): the
+/// PriorityClasses its jobs may name, comma-separated. Absent: any class but
+/// the cluster's own `system-…` ones.
+pub const PRIORITY_CLASSES_ANNOTATION: &str = "koord-queue/priority-classes";
+/// The prefix of Koord-Queue's own labels and annotations. On a managed
+/// job's child they are the webhook's alone: a tenant's are removed at
+/// creation and cannot be added or changed later.
+pub const KEY_PREFIX: &str = "koord-queue/";
 /// Workflow annotation with the job's total resources as a ResourceList JSON
 /// object (Argo workflows have no pod template to read them from).
 pub const MIN_RESOURCES_ANNOTATION: &str = "koord-queue/min-resources";

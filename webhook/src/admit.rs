@@ -3,7 +3,7 @@
 //! — a QueueUnit's phase, an owner's existence — comes back as a verdict that
 //! names what to check; [`crate::service`] performs the reads.
 
-use koord_queue_api::jobs::{self, JobAdapter};
+use koord_queue_api::jobs::{self, JobAdapter, pod_defaults};
 use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnit;
 use kube::core::DynamicObject;
@@ -151,10 +151,18 @@ fn decide_create(
     let queued = hold_and_queue(request, job, adapter, &namespace, &name, view, policy);
     match ownership::claim(adapter, job, &namespace, &name) {
         Ok(None) => queued,
-        // A child of a managed job passes only if the claim is proven.
-        Ok(Some(claim)) => Verdict::CheckChild {
-            claim: Box::new(claim),
-            fallback: Box::new(queued),
+        // A child of a managed job passes only if the claim is proven, and
+        // names no class its namespace may not use (its pods would preempt
+        // by it in kube-scheduler).
+        Ok(Some(claim)) => match priority_allowed(adapter, job, &namespace, None, view, policy) {
+            Err(message) => Verdict::Deny(format!(
+                "{} {namespace}/{name} cannot be created: {message}",
+                adapter.kind().kind
+            )),
+            Ok(()) => Verdict::CheckChild {
+                claim: Box::new(claim),
+                fallback: Box::new(queued),
+            },
         },
         Err(message) => Verdict::Deny(format!(
             "{} {namespace}/{name} cannot be queued: {message}",
@@ -183,6 +191,16 @@ fn hold_and_queue(
         Ok(p) => p,
         Err(message) => return Verdict::Deny(format!("{what} cannot be queued: {message}")),
     };
+    if let Err(message) = priority_allowed(
+        adapter,
+        job,
+        namespace,
+        route.quota.as_deref(),
+        view,
+        policy,
+    ) {
+        return Verdict::Deny(format!("{what} cannot be queued: {message}"));
+    }
 
     // The members of a pod group name the group's one unit.
     let mut member = None;
@@ -254,6 +272,26 @@ fn hold_and_queue(
             Value::String(quota.clone()),
         );
     }
+    // What the API server will add to its pods is part of its size, and is
+    // written into its templates: its pods then ask what its unit holds.
+    // An attached size input (a TrainJob's runtime) is completed for the
+    // size only: it is no part of the job.
+    let defaults = view.pod_defaults(namespace);
+    let mut input = held
+        .as_object_mut()
+        .and_then(|o| o.remove(jobs::SIZE_INPUT_KEY));
+    if let Err(reason) = pod_defaults::complete(&mut held, &defaults) {
+        return Verdict::Deny(format!("{what} cannot be queued: {reason}"));
+    }
+    let mut sized = held.clone();
+    if let Some(input) = input.take() {
+        let mut completed = input.clone();
+        if let Err(reason) = pod_defaults::complete(&mut completed, &defaults) {
+            return Verdict::Deny(format!("{what} cannot be queued: {reason}"));
+        }
+        jobs::attach_size_input(&mut held, input);
+        jobs::attach_size_input(&mut sized, completed);
+    }
     let patch = json_patch::diff(job, &held);
     let placement = jobs::UnitPlacement {
         namespace: namespace.to_string(),
@@ -263,7 +301,7 @@ fn hold_and_queue(
         priority_class_name,
         priority,
     };
-    match jobs::queue_unit(adapter, &held, placement) {
+    match jobs::queue_unit(adapter, &sized, placement) {
         Ok(unit) => Verdict::Hold {
             patch,
             unit: Box::new(unit),
@@ -346,4 +384,50 @@ pub(crate) fn priority(
             .map(|(name, value)| (Some(name), value))
             .unwrap_or((None, 0))),
     }
+}
+
+/// Whether `job` may name the PriorityClass it names, in `namespace` and
+/// charged to `quota`: priority is the administrator's. The cluster's own
+/// classes (`system-…`) only where the policy allows them; where a
+/// namespace's or a quota's `koord-queue/priority-classes` annotation lists
+/// classes, only those. A job naming none gets the global default, which the
+/// administrator chose.
+pub(crate) fn priority_allowed(
+    adapter: &dyn JobAdapter,
+    job: &Value,
+    namespace: &str,
+    quota: Option<&str>,
+    view: &dyn ClusterView,
+    policy: &Policy,
+) -> Result<(), String> {
+    let Some(class) = adapter.priority_class_name(job) else {
+        return Ok(());
+    };
+    if class.starts_with("system-") && !policy.allow_system_priority_classes {
+        return Err(format!(
+            "PriorityClass {class} is the cluster's own (system-…): a queued job may not use it, \
+             its pods would preempt other tenants' work. Use a class of your namespace's"
+        ));
+    }
+    let annotation = keys::PRIORITY_CLASSES_ANNOTATION;
+    if let Some(allowed) = view.namespace_priority_classes(namespace)
+        && !allowed.contains(&class)
+    {
+        return Err(format!(
+            "namespace {namespace} allows the PriorityClasses [{}] (its annotation {annotation}), \
+             not {class}",
+            allowed.join(", ")
+        ));
+    }
+    if let Some(quota) = quota
+        && let Some(allowed) = view.quota(quota).and_then(|q| q.priority_classes)
+        && !allowed.contains(&class)
+    {
+        return Err(format!(
+            "ElasticQuota {quota} allows the PriorityClasses [{}] (its annotation {annotation}), \
+             not {class}",
+            allowed.join(", ")
+        ));
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! can be exercised (tests, benchmarks) without one.
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use koord_queue_api::jobs::JobKind;
 use koord_queue_api::{ElasticQuota, QueueUnit, WriteAck, elastic_quota, keys};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -54,6 +54,13 @@ pub trait ApiAccess: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<String>, kube::Error>>;
     /// Reads the ElasticQuota of a name directly (one the cache has not seen yet).
     fn quota<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>>;
+    /// Lists the pods of `namespace` that `selector` (a label selector)
+    /// selects, as JSON: the children one unit pays for.
+    fn list_pods<'a>(
+        &'a self,
+        namespace: &'a str,
+        selector: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>>;
 }
 
 /// [`ApiAccess`] through a kube client.
@@ -175,6 +182,24 @@ impl ApiAccess for KubeApi {
                 .await?;
             let (winners, _) = elastic_quota::winners(found.items.iter(), |q| &q.metadata);
             Ok(winners.get(name).map(|q| crate::caches::quota_info(q)))
+        })
+    }
+
+    fn list_pods<'a>(
+        &'a self,
+        namespace: &'a str,
+        selector: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        Box::pin(async move {
+            // A consistent list (no resourceVersion): a child created a
+            // moment ago is in it once stored.
+            api.list(&ListParams::default().labels(selector))
+                .await?
+                .items
+                .into_iter()
+                .map(|pod| serde_json::to_value(pod).map_err(kube::Error::SerdeError))
+                .collect()
         })
     }
 }

@@ -70,6 +70,14 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_ALLOW_CROSS_NAMESPACE_QUOTA")]
     pub allow_cross_namespace_quota: bool,
 
+    /// Let queued jobs (and their pods) name the cluster's own
+    /// PriorityClasses, those named `system-…` (system-cluster-critical,
+    /// system-node-critical). Off: such a job is refused, as it would
+    /// preempt other tenants' work. A namespace's or quota's
+    /// `koord-queue/priority-classes` annotation narrows the classes further.
+    #[arg(long, env = "KQ_WEBHOOK_ALLOW_SYSTEM_PRIORITY_CLASSES")]
+    pub allow_system_priority_classes: bool,
+
     /// CA bundle (PEM) the API server's client certificate must be signed
     /// by (AdmissionConfiguration `kubeConfigFile`). Set: connections without
     /// such a certificate are refused in the TLS handshake. Re-read with the

@@ -1,13 +1,16 @@
 //! Informer caches of the objects the webhook decides on: namespaces (their
 //! default-queue annotation), ElasticQuotas (names and is-parent label; both
-//! metadata only) and PriorityClasses.
+//! metadata only), PriorityClasses, and what the API server adds to pods
+//! (LimitRanges, RuntimeClasses).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use koord_queue_api::jobs::pod_defaults::PodDefaults;
 use koord_queue_api::{ElasticQuota, elastic_quota, keys};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -21,6 +24,8 @@ pub struct Caches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     quotas: Store<PartialObjectMeta<ElasticQuota>>,
     priority_classes: Store<PriorityClass>,
+    limit_ranges: Store<LimitRange>,
+    runtime_classes: Store<RuntimeClass>,
     /// Set when the ElasticQuota API is not installed: no quota exists then,
     /// and the cache counts as synced (it fills once the CRD appears).
     quota_api_absent: Arc<AtomicBool>,
@@ -64,15 +69,29 @@ impl Caches {
         tokio::spawn(drain("elasticquotas", stream));
 
         let (priority_classes, writer) = reflector::store();
-        let stream = watcher(Api::<PriorityClass>::all(client), config)
+        let stream = watcher(Api::<PriorityClass>::all(client.clone()), config.clone())
             .default_backoff()
             .reflect(writer);
         tokio::spawn(drain("priorityclasses", stream));
+
+        let (limit_ranges, writer) = reflector::store();
+        let stream = watcher(Api::<LimitRange>::all(client.clone()), config.clone())
+            .default_backoff()
+            .reflect(writer);
+        tokio::spawn(drain("limitranges", stream));
+
+        let (runtime_classes, writer) = reflector::store();
+        let stream = watcher(Api::<RuntimeClass>::all(client), config)
+            .default_backoff()
+            .reflect(writer);
+        tokio::spawn(drain("runtimeclasses", stream));
 
         Self {
             namespaces,
             quotas,
             priority_classes,
+            limit_ranges,
+            runtime_classes,
             quota_api_absent,
         }
     }
@@ -81,6 +100,8 @@ impl Caches {
     pub async fn synced(&self) {
         let _ = self.namespaces.wait_until_ready().await;
         let _ = self.priority_classes.wait_until_ready().await;
+        let _ = self.limit_ranges.wait_until_ready().await;
+        let _ = self.runtime_classes.wait_until_ready().await;
         loop {
             if self.quota_api_absent.load(Ordering::Relaxed) {
                 return;
@@ -125,6 +146,16 @@ impl ClusterView for Caches {
             .cloned()
     }
 
+    fn namespace_priority_classes(&self, ns: &str) -> Option<Vec<String>> {
+        priority_classes(
+            self.namespaces
+                .get(&ObjectRef::new(ns))?
+                .metadata
+                .annotations
+                .as_ref(),
+        )
+    }
+
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
         let same_name: Vec<_> = self
             .quotas
@@ -160,6 +191,47 @@ impl ClusterView for Caches {
             .find(|pc| pc.global_default == Some(true))
             .map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value))
     }
+
+    fn pod_defaults(&self, ns: &str) -> PodDefaults {
+        let mut ranges: Vec<_> = self
+            .limit_ranges
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(ns))
+            .collect();
+        // The LimitRanger lists them by name; a later one's defaults win.
+        ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut defaults = PodDefaults::default();
+        for item in ranges
+            .iter()
+            .filter_map(|r| r.spec.as_ref())
+            .flat_map(|s| s.limits.iter())
+            .filter(|item| item.type_ == "Container")
+        {
+            for (list, into) in [
+                (&item.default_request, &mut defaults.requests),
+                (&item.default, &mut defaults.limits),
+            ] {
+                for (name, amount) in list.iter().flatten() {
+                    into.insert(name.clone(), serde_json::Value::String(amount.0.clone()));
+                }
+            }
+        }
+        defaults.runtime_classes = self
+            .runtime_classes
+            .state()
+            .iter()
+            .map(|rc| {
+                let overhead = rc
+                    .overhead
+                    .as_ref()
+                    .and_then(|o| o.pod_fixed.as_ref())
+                    .and_then(|fixed| serde_json::to_value(fixed).ok());
+                (rc.metadata.name.clone().unwrap_or_default(), overhead)
+            })
+            .collect();
+        defaults
+    }
 }
 
 /// The mapping's view of `quota`.
@@ -173,7 +245,24 @@ pub(crate) fn quota_info(quota: &PartialObjectMeta<ElasticQuota>) -> QuotaInfo {
         namespace: quota.metadata.namespace.clone().unwrap_or_default(),
         is_parent: is_parent(quota),
         serves,
+        priority_classes: priority_classes(quota.metadata.annotations.as_ref()),
     }
+}
+
+/// The classes a `koord-queue/priority-classes` annotation in `annotations`
+/// lists, if it is there.
+pub(crate) fn priority_classes(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<Vec<String>> {
+    let listed = annotations?.get(keys::PRIORITY_CLASSES_ANNOTATION)?;
+    Some(
+        listed
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 /// Whether a quota is a parent (label `quota.scheduling.koordinator.sh/is-parent`).

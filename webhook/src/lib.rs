@@ -10,6 +10,7 @@ mod admit;
 mod api_access;
 mod args;
 mod caches;
+mod children;
 mod mapping;
 mod metrics;
 mod ownership;
@@ -36,6 +37,7 @@ pub use admit::{RequestObjects, Verdict, decide, unit_name};
 pub use api_access::{ApiAccess, Created, KubeApi};
 pub use args::Args;
 pub use caches::Caches;
+pub use children::ChildLedger;
 pub use metrics::Metrics;
 pub use policy::Policy;
 pub use server::{router, serve_tls};
@@ -119,6 +121,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         scheduler_user,
         scheduler_groups,
         allow_cross_namespace_quota,
+        allow_system_priority_classes,
         client_ca_file,
         max_concurrent_reviews,
         max_body_bytes,
@@ -191,6 +194,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
             scheduler_user,
             scheduler_groups,
             allow_cross_namespace_quota,
+            allow_system_priority_classes,
         },
         view,
         api,
@@ -198,6 +202,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         units,
         review_timeout,
         synced: Default::default(),
+        children: Default::default(),
     });
     {
         let (readiness, webhook) = (readiness.clone(), webhook.clone());

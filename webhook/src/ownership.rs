@@ -11,7 +11,7 @@
 use koord_queue_api::jobs::guard::exceeds;
 use koord_queue_api::jobs::pod::POD_KIND;
 use koord_queue_api::jobs::{self, JobAdapter, JobKind, json};
-use koord_queue_api::{Resources, keys};
+use koord_queue_api::{QueueUnit, Resources, keys};
 use serde_json::Value;
 
 use crate::api_access::ApiAccess;
@@ -90,6 +90,17 @@ pub fn claim(
     }))
 }
 
+/// What proving a claim established.
+#[derive(Clone, Debug)]
+pub struct Proof {
+    /// The uid of the queued job whose unit pays for the child: the first
+    /// queued ancestor ([`keys::CHARGED_TO_LABEL`]).
+    pub charged_to: String,
+    /// That unit, read when the child runs (it holds quota now): its pod
+    /// sets bound the pods that run on it ([`crate::children`]).
+    pub unit: Option<QueueUnit>,
+}
+
 /// Why a claim is not proven.
 #[derive(Debug)]
 pub enum NotProven {
@@ -108,8 +119,46 @@ fn largest_pod(sets: &[jobs::PodSetInfo]) -> Resources {
     largest
 }
 
+/// The QueueUnit `name` that owner `owner` (`what`, for messages) names,
+/// which must queue that owner.
+async fn read_unit(
+    api: &dyn ApiAccess,
+    namespace: &str,
+    name: &str,
+    owner: &str,
+    what: &str,
+) -> Result<QueueUnit, NotProven> {
+    match api.get_unit(namespace, name).await {
+        Err(e) => Err(NotProven::Unverifiable(e)),
+        Ok(None) => Err(NotProven::Refuted(format!(
+            "the QueueUnit {name} of {what} does not exist"
+        ))),
+        Ok(Some(u)) if u.spec.consumer_ref.name.as_deref() != Some(owner) => {
+            Err(NotProven::Refuted(format!(
+                "the QueueUnit {name} that {what} names queues another job ({})",
+                u.spec.consumer_ref.name.as_deref().unwrap_or("none")
+            )))
+        }
+        Ok(Some(u)) => Ok(u),
+    }
+}
+
+/// A unit's pod sets as pod sets: how many pods of what size it holds.
+fn unit_pod_sets(unit: &QueueUnit) -> Vec<jobs::PodSetInfo> {
+    jobs::pod_group::set_limits(unit)
+        .into_iter()
+        .map(|set| jobs::PodSetInfo {
+            name: set.role,
+            count: set.count,
+            // What is counted is the pod's size; the template stays the unit's.
+            template: Value::Object(serde_json::Map::new()),
+            per_pod: set.per_pod,
+        })
+        .collect()
+}
+
 /// Proves `claim` by reading its owner chain.
-pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotProven> {
+pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<Proof, NotProven> {
     let refuted = |reason: String| Err(NotProven::Refuted(reason));
     let mut claim = claim.clone();
     for _ in 0..MAX_DEPTH {
@@ -126,16 +175,28 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
             Ok(None) => return refuted(format!("its owner {what} does not exist")),
             Err(e) => return Err(NotProven::Unverifiable(e)),
         };
-        // Its budget may depend on its runtime (a TrainJob's JobSet).
-        match crate::size_inputs::attach(api, claim.owner.adapter, &claim.namespace, &mut owner)
-            .await
+        // A queued owner sized from another object (a TrainJob from its
+        // runtime) is bounded by its unit, fixed at admission: the runtime
+        // may have been edited since. Other owners' sizes are their own
+        // spec, which no update may grow.
+        let mut unit_read: Option<QueueUnit> = None;
+        if let Some(unit) = jobs::annotation(&owner, keys::QUEUE_UNIT_ANNOTATION)
+            && claim.owner.adapter.size_input(&owner).is_some()
         {
-            Ok(()) => {}
-            Err(crate::size_inputs::Missing::Refused(reason)) => {
-                return refuted(format!("{what}: {reason}"));
-            }
-            Err(crate::size_inputs::Missing::Unreadable(reason)) => {
-                return Err(NotProven::Unverifiable(kube::Error::Service(reason.into())));
+            unit_read =
+                Some(read_unit(api, &claim.namespace, unit, &claim.owner.name, &what).await?);
+            crate::size_inputs::attach_none(&mut owner);
+        } else {
+            match crate::size_inputs::attach(api, claim.owner.adapter, &claim.namespace, &mut owner)
+                .await
+            {
+                Ok(()) => {}
+                Err(crate::size_inputs::Missing::Refused(reason)) => {
+                    return refuted(format!("{what}: {reason}"));
+                }
+                Err(crate::size_inputs::Missing::Unreadable(reason)) => {
+                    return Err(NotProven::Unverifiable(kube::Error::Service(reason.into())));
+                }
             }
         }
         let uid = json::get_path(&owner, &["metadata", "uid"]).and_then(Value::as_str);
@@ -166,18 +227,26 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
             };
             continue;
         }
+        let unit_sets = unit_read.as_ref().map(unit_pod_sets);
         let budget = if is_pod {
             // Controllers name their pods as they like: a pod of a managed
             // job is bounded by the largest pod the job's pod sets name.
-            match claim.owner.adapter.pod_sets(&owner) {
-                Ok(sets) => Some(Ok(largest_pod(&sets))),
-                Err(e) => Some(Err(e)),
+            match (&unit_sets, claim.owner.adapter.pod_sets(&owner)) {
+                (Some(sets), _) => Some(Ok(largest_pod(sets))),
+                (None, Ok(sets)) => Some(Ok(largest_pod(&sets))),
+                (None, Err(e)) => Some(Err(e)),
             }
         } else {
+            // Whether its kind makes such a child is the owner's to say;
+            // how much, its unit's when it is sized by its unit.
             claim
                 .owner
                 .adapter
                 .child_budget(&owner, claim.kind, &claim.name)
+                .map(|budget| match &unit_sets {
+                    Some(sets) => budget.map(|_| jobs::total_resources(sets)),
+                    None => budget,
+                })
         };
         let budget = match budget {
             None => {
@@ -197,23 +266,28 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<(), NotPro
             ));
         }
         if let Some(unit) = jobs::annotation(&owner, keys::QUEUE_UNIT_ANNOTATION) {
+            let charged_to = claim.owner.uid.clone();
             if !claim.runs {
-                return Ok(());
+                return Ok(Proof {
+                    charged_to,
+                    unit: None,
+                });
             }
-            return match api.get_unit(&claim.namespace, unit).await {
-                Err(e) => Err(NotProven::Unverifiable(e)),
-                Ok(None) => refuted(format!("the QueueUnit {unit} of {what} does not exist")),
-                Ok(Some(u)) => {
-                    let phase = u.status.as_ref().and_then(|s| s.phase);
-                    if phase.is_some_and(|p| p.is_released()) {
-                        Ok(())
-                    } else {
-                        refuted(format!(
-                            "the QueueUnit {unit} of {what} does not hold quota (phase {})",
-                            phase.map_or_else(|| "none".to_string(), |p| p.to_string())
-                        ))
-                    }
-                }
+            let u = match unit_read {
+                Some(u) => u,
+                None => read_unit(api, &claim.namespace, unit, &claim.owner.name, &what).await?,
+            };
+            let phase = u.status.as_ref().and_then(|s| s.phase);
+            return if phase.is_some_and(|p| p.is_released()) {
+                Ok(Proof {
+                    charged_to,
+                    unit: Some(u),
+                })
+            } else {
+                refuted(format!(
+                    "the QueueUnit {unit} of {what} does not hold quota (phase {})",
+                    phase.map_or_else(|| "none".to_string(), |p| p.to_string())
+                ))
             };
         }
         // The owner is a child itself: it must be proven the same way.

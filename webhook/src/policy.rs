@@ -22,6 +22,8 @@ pub struct Policy {
     /// Koordinator's looser rule: a job may name any quota, whatever its
     /// namespace. Off by default (docs/security.md).
     pub allow_cross_namespace_quota: bool,
+    /// Whether queued jobs may name the `system-…` PriorityClasses.
+    pub allow_system_priority_classes: bool,
 }
 
 impl Policy {

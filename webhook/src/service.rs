@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use koord_queue_api::jobs::pod::POD_KIND;
+use koord_queue_api::jobs::pod_group;
 use koord_queue_api::{QueueUnit, keys};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -15,8 +17,9 @@ use tracing::{Instrument, field};
 
 use crate::admit::{self, GroupMember, RequestObjects, Verdict};
 use crate::api_access::ApiAccess;
+use crate::children::{self, ChildLedger};
 use crate::metrics::{Metrics, ReviewLabels};
-use crate::ownership::{self, NotProven};
+use crate::ownership::{self, ChildClaim, NotProven, Proof};
 use crate::policy::Policy;
 use crate::unit_creator::UnitCreator;
 use crate::view::{ClusterView, QuotaInfo};
@@ -38,6 +41,9 @@ pub struct Webhook {
     /// Whether the caches have their initial lists; until then CREATEs are
     /// refused (a decision on an empty cache could refuse valid jobs).
     pub synced: AtomicBool,
+    /// Children admitted here a moment ago, per paying unit
+    /// ([`crate::children`]).
+    pub children: ChildLedger,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -226,7 +232,7 @@ impl Webhook {
         match verdict {
             Verdict::CheckChild { claim, fallback } => {
                 match ownership::prove(self.api.as_ref(), &claim).await {
-                    Ok(()) => (allow, "allowed"),
+                    Ok(proof) => self.admit_child(request, objects, &claim, &proof).await,
                     Err(NotProven::Unverifiable(e)) => (
                         allow.deny(format!(
                             "cannot verify that {} {}/{} is a child of {} {}: {e}; retry",
@@ -255,6 +261,93 @@ impl Webhook {
                 }
             }
             other => self.apply(request, other).await,
+        }
+    }
+
+    /// The answer to a proven child: a pod that runs must fit, with the
+    /// pods running on its unit already, in the unit's pod sets; a created
+    /// child carries the webhook's keys and no one else's.
+    async fn admit_child(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        objects: &RequestObjects,
+        claim: &ChildClaim,
+        proof: &Proof,
+    ) -> (AdmissionResponse, &'static str) {
+        let allow = AdmissionResponse::from(request);
+        let is_pod = claim.kind == &POD_KIND;
+        let lock = self.children.lock(&proof.charged_to);
+        let counted = match (&proof.unit, is_pod) {
+            (Some(unit), true) => Some((unit, lock.lock().await)),
+            _ => None,
+        };
+        if let Some((unit, _serialized)) = &counted {
+            let what = format!("Pod {}/{}", claim.namespace, claim.name);
+            let pods = match self
+                .api
+                .list_pods(&claim.namespace, &children::selector(&proof.charged_to))
+                .await
+            {
+                Ok(pods) => children::listed(&pods),
+                Err(e) => {
+                    return (
+                        allow.deny(format!(
+                            "cannot count the pods running on the unit of {what}'s owner: {e}; retry"
+                        )),
+                        "error",
+                    );
+                }
+            };
+            let now = Instant::now();
+            let running = self
+                .children
+                .running(&proof.charged_to, &pods, &request.name, now);
+            if let Err(why) =
+                children::fits_sets(&pod_group::set_limits(unit), &running, &claim.size)
+            {
+                let unit_name = unit.metadata.name.as_deref().unwrap_or_default();
+                return (
+                    allow.deny(format!(
+                        "{what} cannot run on the QueueUnit {unit_name} of its owner {} {}: {why}. \
+                         A job's pods are counted against what its unit holds; a pod that ends \
+                         (or is deleted and gone) makes room",
+                        claim.owner.adapter.kind().kind,
+                        claim.owner.name,
+                    )),
+                    "denied",
+                );
+            }
+            if !request.dry_run {
+                let admitted = children::Admitted {
+                    admission: request.uid.clone(),
+                    name: (request.operation == Operation::Update).then(|| request.name.clone()),
+                    requests: claim.size.clone(),
+                };
+                self.children.admitted(&proof.charged_to, admitted, now);
+            }
+        }
+        drop(counted);
+        drop(lock);
+        self.children.tidy(&proof.charged_to, Instant::now());
+        let object = match (&request.operation, objects.object.as_ref()) {
+            (Operation::Create, Some(object)) => object,
+            _ => return (allow, "allowed"),
+        };
+        let mut child = object.clone();
+        children::own_keys(
+            &mut child,
+            is_pod.then_some((proof.charged_to.as_str(), request.uid.as_str())),
+        );
+        let patch = json_patch::diff(object, &child);
+        if patch.0.is_empty() {
+            return (allow, "allowed");
+        }
+        match allow.with_patch(patch) {
+            Ok(response) => (response, "allowed"),
+            Err(e) => (
+                AdmissionResponse::from(request).deny(format!("cannot encode the patch: {e}")),
+                "error",
+            ),
         }
     }
 
@@ -348,9 +441,7 @@ impl Webhook {
             }
             // A pod's update cannot grow its group (its own size is what
             // an update may not grow): nothing to read.
-            (Operation::Update, _) if adapter.kind() == &koord_queue_api::jobs::pod::POD_KIND => {
-                Ok(None)
-            }
+            (Operation::Update, _) if adapter.kind() == &POD_KIND => Ok(None),
             (Operation::Update, Some(old)) => {
                 let mut old = old.clone();
                 match size_inputs::attach(self.api.as_ref(), adapter, namespace, &mut old).await {
@@ -423,6 +514,14 @@ impl Webhook {
                 job,
                 unit,
             } => match self.api.get_unit(&namespace, &unit).await {
+                Ok(Some(u)) if !queues(&u, &job) => (
+                    allow.deny(format!(
+                        "job {namespace}/{job} stays held: the QueueUnit {unit} it names queues \
+                         another job ({}); only the scheduler may lift its hold",
+                        u.spec.consumer_ref.name.as_deref().unwrap_or("none")
+                    )),
+                    "denied",
+                ),
                 Ok(Some(u)) if holds_quota_now(&u) => (allow, "allowed"),
                 Ok(Some(u)) if is_finished(&u) => (
                     allow.deny(format!(
@@ -532,6 +631,13 @@ fn holds_quota_now(unit: &QueueUnit) -> bool {
         .is_some_and(|p| p.is_released())
 }
 
+/// Whether `unit` is the unit of job `job` (a pod group's unit names the
+/// group, whose members never lift their own hold).
+fn queues(unit: &QueueUnit, job: &str) -> bool {
+    let consumer = &unit.spec.consumer_ref;
+    consumer.name.as_deref() == Some(job) || consumer.kind.as_deref() == Some(pod_group::GROUP_KIND)
+}
+
 fn is_finished(unit: &QueueUnit) -> bool {
     unit.status
         .as_ref()
@@ -579,6 +685,9 @@ impl ClusterView for FreshView<'_> {
             _ => self.inner.namespace_default_queue(ns),
         }
     }
+    fn namespace_priority_classes(&self, ns: &str) -> Option<Vec<String>> {
+        self.inner.namespace_priority_classes(ns)
+    }
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
         match &self.quota {
             Some(q) if q.name == name => Some(q.clone()),
@@ -598,5 +707,8 @@ impl ClusterView for FreshView<'_> {
     }
     fn global_default_priority(&self) -> Option<(String, i32)> {
         self.inner.global_default_priority()
+    }
+    fn pod_defaults(&self, ns: &str) -> koord_queue_api::jobs::pod_defaults::PodDefaults {
+        self.inner.pod_defaults(ns)
     }
 }

@@ -34,9 +34,13 @@ pub fn build(
     // A class deleted since admission counts 0, as the scheduler's repair does.
     let (priority_class_name, priority) = crate::admit::priority(adapter, stored, view)
         .unwrap_or_else(|_| (adapter.priority_class_name(stored), 0));
+    // Its templates were completed at admission; what its size is read
+    // from besides them (a TrainJob's runtime) is completed the same way.
+    let mut sized = stored.clone();
+    jobs::pod_defaults::complete(&mut sized, &view.pod_defaults(namespace))?;
     let mut unit = jobs::queue_unit(
         adapter,
-        stored,
+        &sized,
         jobs::UnitPlacement {
             namespace: namespace.to_string(),
             job_name: name.to_string(),

@@ -612,6 +612,13 @@ mod tests {
         ) -> BoxFuture<'a, Result<Option<QuotaInfo>, kube::Error>> {
             Box::pin(async { Ok(None) })
         }
+        fn list_pods<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<serde_json::Value>, kube::Error>> {
+            Box::pin(async { Ok(vec![]) })
+        }
     }
 
     struct NoView;

@@ -174,6 +174,13 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
                 .into(),
         );
     }
+    if !queued && crate::children::own_keys_of(old) != crate::children::own_keys_of(new) {
+        return Some(format!(
+            "the {}* labels and annotations of a managed job's child are Koord-Queue's: they \
+             say which unit pays for it, and cannot be added, changed or removed",
+            keys::KEY_PREFIX
+        ));
+    }
     None
 }
 

@@ -2,6 +2,8 @@
 //! default queues, ElasticQuotas, PriorityClasses. The live implementation
 //! reads informer caches ([`crate::caches`]); tests use plain maps.
 
+use koord_queue_api::jobs::pod_defaults::PodDefaults;
+
 /// A quota as the mapping needs it: the one of its name that takes
 /// precedence ([`koord_queue_api::elastic_quota::precedence`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +17,9 @@ pub struct QuotaInfo {
     /// The namespaces whose jobs may use it: its own and those its
     /// `quota.scheduling.koordinator.sh/namespaces` annotation lists.
     pub serves: Vec<String>,
+    /// The PriorityClasses its jobs may name (its
+    /// `koord-queue/priority-classes` annotation); `None`: any allowed.
+    pub priority_classes: Option<Vec<String>>,
 }
 
 impl QuotaInfo {
@@ -30,6 +35,11 @@ pub trait ClusterView: Send + Sync {
     fn knows_namespace(&self, ns: &str) -> bool;
     /// The `koord-queue/default-queue` annotation of namespace `ns`, if any.
     fn namespace_default_queue(&self, ns: &str) -> Option<String>;
+    /// The PriorityClasses the jobs of namespace `ns` may name (its
+    /// `koord-queue/priority-classes` annotation); `None`: any allowed.
+    fn namespace_priority_classes(&self, _ns: &str) -> Option<Vec<String>> {
+        None
+    }
     /// The ElasticQuota named `name`.
     fn quota(&self, name: &str) -> Option<QuotaInfo>;
     /// Names of the quotas jobs may name (leaves), sorted.
@@ -38,4 +48,10 @@ pub trait ClusterView: Send + Sync {
     fn priority_class_value(&self, name: &str) -> Option<i32>;
     /// The cluster's global default PriorityClass (name, value), if any.
     fn global_default_priority(&self) -> Option<(String, i32)>;
+    /// What the API server adds to the pods of namespace `ns` (LimitRange
+    /// defaults, RuntimeClass overheads). A view that knows neither sees a
+    /// cluster without LimitRanges or RuntimeClasses.
+    fn pod_defaults(&self, _ns: &str) -> PodDefaults {
+        PodDefaults::default()
+    }
 }

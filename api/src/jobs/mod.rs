@@ -18,6 +18,7 @@ pub mod jobset;
 pub mod json;
 pub mod kubeflow;
 pub mod pod;
+pub mod pod_defaults;
 pub mod pod_group;
 pub mod pod_request;
 pub mod ray;

@@ -25,6 +25,9 @@ pub struct FixedView {
     pub default_queues: BTreeMap<String, String>,
     pub priority_classes: BTreeMap<String, i32>,
     pub global_default: Option<(String, i32)>,
+    /// The `koord-queue/priority-classes` annotation of namespaces and quotas.
+    pub namespace_priority_classes: BTreeMap<String, Vec<String>>,
+    pub quota_priority_classes: BTreeMap<String, Vec<String>>,
 }
 
 impl ClusterView for FixedView {
@@ -40,6 +43,7 @@ impl ClusterView for FixedView {
             namespace: self.quota_namespace.clone(),
             is_parent: *p,
             serves: self.quota_serves.get(name).cloned().unwrap_or_default(),
+            priority_classes: self.quota_priority_classes.get(name).cloned(),
         })
     }
     fn leaf_quotas(&self) -> Vec<String> {
@@ -55,6 +59,9 @@ impl ClusterView for FixedView {
     fn global_default_priority(&self) -> Option<(String, i32)> {
         self.global_default.clone()
     }
+    fn namespace_priority_classes(&self, ns: &str) -> Option<Vec<String>> {
+        self.namespace_priority_classes.get(ns).cloned()
+    }
 }
 
 /// Records created units; serves units by name.
@@ -68,6 +75,8 @@ pub struct MemoryApi {
     /// Stored jobs by (namespace, name), as the API server keeps them.
     pub jobs: Mutex<BTreeMap<(String, String), serde_json::Value>>,
     pub job_reads: Mutex<u64>,
+    /// Stored pods by namespace, listed by label selector `key=value`.
+    pub pods: Mutex<BTreeMap<String, Vec<serde_json::Value>>>,
 }
 
 impl ApiAccess for MemoryApi {
@@ -138,8 +147,27 @@ impl ApiAccess for MemoryApi {
                 namespace: "team-ns".into(),
                 is_parent: *is_parent,
                 serves: vec![],
+                priority_classes: None,
             });
         Box::pin(async move { Ok(found) })
+    }
+    fn list_pods<'a>(
+        &'a self,
+        namespace: &'a str,
+        selector: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<serde_json::Value>, kube::Error>> {
+        let (key, value) = selector.split_once('=').unwrap();
+        let pods = self
+            .pods
+            .lock()
+            .unwrap()
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["labels"][key] == value)
+            .cloned()
+            .collect();
+        Box::pin(async move { Ok(pods) })
     }
 }
 
@@ -187,6 +215,7 @@ pub fn standard_view() -> FixedView {
         default_queues: [("defaulted".into(), "team-b".into())].into(),
         priority_classes: [("high".into(), 1000)].into(),
         global_default: None,
+        ..Default::default()
     }
 }
 
@@ -215,6 +244,7 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
             scheduler_user: SCHEDULER.into(),
             scheduler_groups: vec![],
             allow_cross_namespace_quota: false,
+            allow_system_priority_classes: false,
         },
         view,
         api,
@@ -222,6 +252,7 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
         units,
         review_timeout: Duration::from_secs(5),
         synced: true.into(),
+        children: Default::default(),
     })
 }
 
