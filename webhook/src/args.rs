@@ -93,6 +93,16 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_MAX_BODY_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Bytes of request bodies being read or decided at most: a body is
+    /// charged before it is read and given back when its answer is sent;
+    /// one that cannot get its bytes within the review timeout is answered
+    /// 429. A review takes up to 16× its charge in memory (a body made of
+    /// many tiny JSON values is charged more than its length), so the
+    /// default bounds reviews to 8 MiB × 16 = 128 MiB, half the chart's
+    /// memory limit. At least --max-body-bytes.
+    #[arg(long, env = "KQ_WEBHOOK_MAX_REVIEW_BYTES", default_value_t = crate::review_budget::DEFAULT_MAX_REVIEW_BYTES)]
+    pub max_review_bytes: usize,
+
     /// Time budget of one review, including the QueueUnit create. Keep it
     /// well under the webhook configuration's `timeoutSeconds`.
     #[arg(long, env = "KQ_WEBHOOK_REVIEW_TIMEOUT", default_value = "8s", value_parser = parse_duration)]
@@ -119,6 +129,13 @@ pub struct Args {
     /// until it drains.
     #[arg(long, env = "KQ_WEBHOOK_UNIT_BACKLOG", default_value_t = 10_000)]
     pub unit_backlog: usize,
+
+    /// QueueUnits of one namespace in the backlog at most (its fair share
+    /// of --unit-backlog): beyond it that namespace's jobs are refused
+    /// ("retry"), so one tenant cannot fill the backlog and make every
+    /// other tenant's create fail. Unset: a tenth of --unit-backlog.
+    #[arg(long, env = "KQ_WEBHOOK_UNIT_BACKLOG_PER_NAMESPACE")]
+    pub unit_backlog_per_namespace: Option<usize>,
 
     /// How long a held job may take to appear in the API after its answer
     /// before its QueueUnit is given up (a later admission step refused it,

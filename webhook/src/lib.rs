@@ -15,6 +15,7 @@ mod mapping;
 mod metrics;
 mod ownership;
 mod policy;
+mod review_budget;
 mod server;
 mod service;
 mod size_inputs;
@@ -40,7 +41,8 @@ pub use caches::Caches;
 pub use children::ChildLedger;
 pub use metrics::Metrics;
 pub use policy::Policy;
-pub use server::{router, serve_tls};
+pub use review_budget::{DEFAULT_MAX_REVIEW_BYTES, PARSE_OVERHEAD};
+pub use server::{Limits, router, router_with_limits, serve_tls};
 pub use service::Webhook;
 pub use unit_creator::{CreatorConfig, UnitCreator};
 pub use view::{ClusterView, QuotaInfo};
@@ -125,10 +127,12 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         client_ca_file,
         max_concurrent_reviews,
         max_body_bytes,
+        max_review_bytes,
         review_timeout,
         header_timeout,
         max_concurrent_creates,
         unit_backlog,
+        unit_backlog_per_namespace,
         max_background_calls,
         job_wait,
         drain_timeout,
@@ -144,6 +148,25 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
             known.join(", ")
         );
     }
+
+    let limits = Limits {
+        max_body_bytes,
+        max_concurrent: max_concurrent_reviews,
+        max_review_bytes,
+    };
+    if max_review_bytes < max_body_bytes || max_review_bytes > tokio::sync::Semaphore::MAX_PERMITS {
+        anyhow::bail!(
+            "--max-review-bytes ({max_review_bytes}) must be at least --max-body-bytes ({max_body_bytes}) and at most {}",
+            tokio::sync::Semaphore::MAX_PERMITS
+        );
+    }
+    // A tenth by default: ten namespaces must fill their shares before a
+    // create elsewhere finds the backlog full.
+    let namespace_backlog = match unit_backlog_per_namespace {
+        Some(0) => anyhow::bail!("--unit-backlog-per-namespace must be at least 1"),
+        Some(n) => n,
+        None => (unit_backlog / 10).max(1),
+    };
 
     let paths = CertPaths::in_dir(&tls_dir).with_client_ca(client_ca_file);
     let (reloader, tls) = CertReloader::load(paths).map_err(|e| {
@@ -182,6 +205,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         metrics.clone(),
         CreatorConfig {
             backlog: unit_backlog,
+            namespace_backlog,
             max_background: max_background_calls,
             job_wait,
             ..CreatorConfig::new(max_concurrent_creates)
@@ -225,7 +249,7 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
 
     let handle = axum_server::Handle::new();
     tracing::info!(%listen_addr, %admin_addr, "serving admission reviews");
-    let app = router(webhook.clone(), max_body_bytes, max_concurrent_reviews);
+    let app = router_with_limits(webhook.clone(), limits).map_err(|e| anyhow::anyhow!(e))?;
     let serving = tokio::spawn(serve_tls(
         listener,
         rustls,

@@ -57,6 +57,15 @@ pub struct CreateErrorLabels {
     pub reason: String,
 }
 
+/// Labels of a job refused because the unit backlog had no room for it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BacklogRefusalLabels {
+    /// namespace-share (the job's namespace holds its share of the backlog),
+    /// backlog-full (the whole backlog is taken). Not the namespace itself:
+    /// forged reviews could name any number of them.
+    pub reason: String,
+}
+
 /// The webhook's metrics.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -73,6 +82,19 @@ pub struct Metrics {
     pub units_not_created: Family<SkipLabels, Counter>,
     /// Reviews refused with 429 because too many were in flight.
     pub reviews_shed: Counter,
+    /// Bytes of the review budget (`--max-review-bytes`) held by reviews
+    /// being read or decided.
+    pub review_bytes_in_flight: Gauge,
+    /// Reviews refused with 429 because their bytes could not be had from
+    /// the budget within the review timeout.
+    pub reviews_shed_bytes: Counter,
+    /// Reviews refused with 413: the body is larger than `--max-body-bytes`,
+    /// or would take more than the whole budget to decide.
+    pub reviews_too_large: Counter,
+    /// Jobs refused because the unit backlog had no room, by reason.
+    pub unit_backlog_refusals: Family<BacklogRefusalLabels, Counter>,
+    /// Namespaces with QueueUnits in the backlog.
+    pub unit_backlog_namespaces: Gauge,
 }
 
 impl Metrics {
@@ -88,6 +110,11 @@ impl Metrics {
             unit_backlog: Gauge::default(),
             units_not_created: Family::default(),
             reviews_shed: Counter::default(),
+            review_bytes_in_flight: Gauge::default(),
+            reviews_shed_bytes: Counter::default(),
+            reviews_too_large: Counter::default(),
+            unit_backlog_refusals: Family::default(),
+            unit_backlog_namespaces: Gauge::default(),
         };
         let registry = registry.sub_registry_with_prefix("koord_queue_webhook");
         registry.register(
@@ -119,6 +146,31 @@ impl Metrics {
             "reviews_shed",
             "Reviews answered 429 because too many were in flight",
             metrics.reviews_shed.clone(),
+        );
+        registry.register(
+            "review_bytes_in_flight",
+            "Bytes of the review budget (--max-review-bytes) held by reviews being read or decided",
+            metrics.review_bytes_in_flight.clone(),
+        );
+        registry.register(
+            "reviews_shed_bytes",
+            "Reviews answered 429 because their bytes could not be had from the review budget within the review timeout",
+            metrics.reviews_shed_bytes.clone(),
+        );
+        registry.register(
+            "reviews_too_large",
+            "Reviews answered 413: larger than --max-body-bytes, or needing more than the whole review budget",
+            metrics.reviews_too_large.clone(),
+        );
+        registry.register(
+            "queue_unit_backlog_refusals",
+            "Jobs refused because the QueueUnit backlog had no room: their namespace held its share (namespace-share) or the backlog was full (backlog-full)",
+            metrics.unit_backlog_refusals.clone(),
+        );
+        registry.register(
+            "queue_unit_backlog_namespaces",
+            "Namespaces with QueueUnits in the backlog",
+            metrics.unit_backlog_namespaces.clone(),
         );
         metrics
     }

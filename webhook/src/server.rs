@@ -3,19 +3,33 @@
 //! re-read on a timer.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
+use http_body_util::BodyExt;
 use koord_queue_certs::CertReloader;
 use tokio::sync::Semaphore;
 
+use crate::review_budget::{self, Charge, DEFAULT_MAX_REVIEW_BYTES, Refusal, ReviewBudget};
 use crate::service::Webhook;
+
+/// How many reviews, and how many bytes of them, may be in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Reviews in flight at most; more are answered 429 at once.
+    pub max_concurrent: usize,
+    /// Bytes of the bodies being read or decided at most
+    /// ([`crate::review_budget`]); at least `max_body_bytes`.
+    pub max_review_bytes: usize,
+}
 
 #[derive(Clone)]
 struct RouterState {
@@ -23,17 +37,53 @@ struct RouterState {
     max_body_bytes: usize,
     /// One permit per review in flight.
     in_flight: Arc<Semaphore>,
+    /// One permit per byte of the bodies being read or decided.
+    budget: ReviewBudget,
 }
 
 /// The admission routes: `POST /mutate`, at most `max_concurrent` reviews in
-/// flight (more are answered 429 at once, not queued).
+/// flight (more are answered 429 at once, not queued), with the default
+/// byte budget (or `max_body_bytes`, if larger).
 pub fn router(webhook: Arc<Webhook>, max_body_bytes: usize, max_concurrent: usize) -> Router {
+    let limits = Limits {
+        max_body_bytes,
+        max_concurrent,
+        max_review_bytes: DEFAULT_MAX_REVIEW_BYTES.max(max_body_bytes),
+    };
+    let budget = ReviewBudget::clamped(
+        limits.max_review_bytes,
+        webhook.metrics.review_bytes_in_flight.clone(),
+    );
+    with_budget(webhook, limits, budget)
+}
+
+/// The admission routes with `limits`; `Err` names a limit that cannot be
+/// used (a budget smaller than the largest body, or larger than a
+/// semaphore holds).
+pub fn router_with_limits(webhook: Arc<Webhook>, limits: Limits) -> Result<Router, String> {
+    if limits.max_review_bytes < limits.max_body_bytes {
+        return Err(format!(
+            "--max-review-bytes ({}) must be at least --max-body-bytes ({}): a body that size could never be decided",
+            limits.max_review_bytes, limits.max_body_bytes
+        ));
+    }
+    let budget = ReviewBudget::new(
+        limits.max_review_bytes,
+        webhook.metrics.review_bytes_in_flight.clone(),
+    )?;
+    Ok(with_budget(webhook, limits, budget))
+}
+
+fn with_budget(webhook: Arc<Webhook>, limits: Limits, budget: ReviewBudget) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .with_state(RouterState {
             webhook,
-            max_body_bytes,
-            in_flight: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            max_body_bytes: limits.max_body_bytes,
+            in_flight: Arc::new(Semaphore::new(
+                limits.max_concurrent.clamp(1, Semaphore::MAX_PERMITS),
+            )),
+            budget,
         })
 }
 
@@ -41,44 +91,149 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
+/// A 429: the API server fails the call with the message (a retryable
+/// error for the user), and its client may retry by itself after a second.
+fn busy(message: String) -> Response {
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn too_large(state: &RouterState, message: String) -> Response {
+    state.webhook.metrics.reviews_too_large.inc();
+    error(StatusCode::PAYLOAD_TOO_LARGE, message)
+}
+
+/// Why a body could not be read.
+enum ReadError {
+    TooLarge,
+    Broken(axum::Error),
+}
+
+/// Reads `body` into one buffer of its declared length (no second copy),
+/// at most `limit` bytes.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+) -> Result<Vec<u8>, ReadError> {
+    let mut buffer = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(ReadError::Broken)?.into_data() else {
+            continue;
+        };
+        if buffer.len().saturating_add(data.len()) > limit {
+            return Err(ReadError::TooLarge);
+        }
+        buffer.extend_from_slice(&data);
+    }
+    if declared.is_none() {
+        // Grown by doubling: give the slack back before the parse.
+        buffer.shrink_to_fit();
+    }
+    Ok(buffer)
+}
+
 async fn mutate(State(state): State<RouterState>, request: Request) -> Response {
     let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
         state.webhook.metrics.reviews_shed.inc();
-        return error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many admission reviews in flight; retry".into(),
-        );
+        return busy("too many admission reviews in flight; retry".into());
     };
     let timeout = state.webhook.review_timeout;
+    // Waiting for bytes and receiving the body share the review timeout:
+    // the answer must reach the API server before it gives up.
+    let deadline = Instant::now() + timeout;
     let body: Body = request.into_body();
-    let bytes =
-        match tokio::time::timeout(timeout, axum::body::to_bytes(body, state.max_body_bytes)).await
-        {
-            Err(_) => {
-                return error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!("request body not received within {timeout:?}"),
-                );
-            }
-            Ok(Err(e)) => {
-                let too_large = std::error::Error::source(&e)
-                    .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-                return if too_large {
-                    error(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        format!("request body exceeds {} bytes", state.max_body_bytes),
-                    )
-                } else {
-                    error(
-                        StatusCode::BAD_REQUEST,
-                        format!("cannot read request body: {e}"),
-                    )
-                };
-            }
-            Ok(Ok(bytes)) => bytes,
-        };
+    // hyper's exact size is the Content-Length, which it enforces.
+    let declared = body
+        .size_hint()
+        .exact()
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if let Some(length) = declared
+        && length > state.max_body_bytes
+    {
+        return too_large(
+            &state,
+            format!(
+                "request body of {length} bytes exceeds {} bytes",
+                state.max_body_bytes
+            ),
+        );
+    }
+    // Before a byte is read: the body's length, or the most it may be.
+    let upfront = declared.unwrap_or(state.max_body_bytes);
+    let mut charge = match state.budget.acquire(upfront, deadline).await {
+        Ok(charge) => charge,
+        Err(refusal) => return refused(&state, refusal, upfront, timeout),
+    };
+    let bytes = match tokio::time::timeout_at(
+        deadline.into(),
+        read_body(body, state.max_body_bytes, declared),
+    )
+    .await
+    {
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("request body not received within {timeout:?}"),
+            );
+        }
+        Ok(Err(ReadError::TooLarge)) => {
+            return too_large(
+                &state,
+                format!("request body exceeds {} bytes", state.max_body_bytes),
+            );
+        }
+        Ok(Err(ReadError::Broken(e))) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read request body: {e}"),
+            );
+        }
+        Ok(Ok(bytes)) => bytes,
+    };
+    if let Err(refusal) = state.budget.charge_shape(&mut charge, &bytes) {
+        return refused(&state, refusal, bytes.len(), timeout);
+    }
     let (status, body) = state.webhook.review(&bytes).await;
-    (status, axum::Json(body)).into_response()
+    drop(bytes);
+    answer_holding(status, body, charge)
+}
+
+/// The answer to a review whose bytes could not be had.
+fn refused(state: &RouterState, refusal: Refusal, length: usize, timeout: Duration) -> Response {
+    match refusal {
+        Refusal::Busy => {
+            state.webhook.metrics.reviews_shed_bytes.inc();
+            busy(format!(
+                "Koord-Queue's webhook is deciding other large admission reviews: {length} bytes of its \
+                 budget of {} were not free within {timeout:?}; retry",
+                state.budget.total()
+            ))
+        }
+        Refusal::TooLarge { needed, budget } => too_large(
+            state,
+            format!(
+                "request body of {length} bytes would take about {} MiB to decide (it is made of many \
+                 small JSON values), more than the webhook's review budget allows ({budget} bytes \
+                 charged at most, this body {needed})",
+                (needed.saturating_mul(review_budget::PARSE_OVERHEAD)) >> 20
+            ),
+        ),
+    }
+}
+
+/// The JSON answer; `charge` is given back once it has been sent (or the
+/// connection dropped it).
+fn answer_holding(status: StatusCode, body: serde_json::Value, charge: Charge) -> Response {
+    let (parts, body) = (status, axum::Json(body)).into_response().into_parts();
+    let body = body.map_frame(move |frame| {
+        let _held = &charge;
+        frame
+    });
+    Response::from_parts(parts, Body::new(body))
 }
 
 /// Re-reads the certificate files every `interval`; a changed, valid pair

@@ -19,12 +19,18 @@
 //!   the API's reason if not — fail closed. A success makes it healthy again.
 //! - **Full backlog:** the job is refused ("busy; retry") rather than queued
 //!   without end.
+//! - **A namespace's share:** one namespace holds at most `namespace_backlog`
+//!   units of the backlog; beyond it its jobs are refused (naming it,
+//!   "retry"). Without the share one tenant's burst (or a slow API server
+//!   for its jobs) could fill the whole backlog, and every other tenant's
+//!   create would be refused as busy.
 //! - **Lost backlog** (the process killed before its backlog was created;
 //!   on SIGTERM it is drained): the scheduler creates the unit of a held job
 //!   whose unit does not appear (architecture §4.6).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use koord_queue_api::QueueUnit;
@@ -34,7 +40,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::api_access::{ApiAccess, Created};
-use crate::metrics::{CreateErrorLabels, Metrics, SkipLabels};
+use crate::metrics::{BacklogRefusalLabels, CreateErrorLabels, Metrics, SkipLabels};
 use crate::view::ClusterView;
 
 /// Tuning of a [`UnitCreator`].
@@ -51,6 +57,9 @@ pub struct CreatorConfig {
     /// Units waiting to be created after their answer at most; beyond it,
     /// jobs are refused until the backlog drains (back-pressure).
     pub backlog: usize,
+    /// Units of one namespace in the backlog at most: its share, so that
+    /// one namespace filling it leaves room for the others.
+    pub namespace_backlog: usize,
     /// First retry delay of a failed call after the answer; it doubles.
     pub first_retry: Duration,
     /// Longest retry delay.
@@ -76,6 +85,7 @@ impl CreatorConfig {
             max_in_flight: max_in_flight.max(1),
             max_background: 128,
             backlog: 10_000,
+            namespace_backlog: 1_000,
             first_retry: Duration::from_millis(50),
             max_retry: Duration::from_secs(2),
             give_up_after: Duration::from_secs(120),
@@ -99,6 +109,70 @@ struct Pending {
     answered: Instant,
     /// Its place in the backlog, given back once it is done with.
     _room: OwnedSemaphorePermit,
+    /// Its place in its namespace's share, likewise.
+    _share: Share,
+}
+
+/// How many units each namespace has in the backlog. An entry exists only
+/// while its namespace has a unit there, so there are never more entries
+/// than the backlog holds units, whatever namespaces reviews name.
+struct NamespaceShares {
+    counts: Mutex<HashMap<String, usize>>,
+    limit: usize,
+    metrics: Metrics,
+}
+
+/// One unit's place in its namespace's share; given back when dropped.
+struct Share {
+    shares: Arc<NamespaceShares>,
+    namespace: String,
+}
+
+impl std::fmt::Debug for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Share").field(&self.namespace).finish()
+    }
+}
+
+impl NamespaceShares {
+    /// A place for one more unit of `namespace`, unless it holds its share.
+    fn take(self: &Arc<Self>, namespace: &str) -> Option<Share> {
+        // A poisoned lock only means another thread panicked between two
+        // plain integer updates; the counts are still whole.
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(namespace.to_string()).or_insert(0);
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        self.metrics
+            .unit_backlog_namespaces
+            .set(i64::try_from(counts.len()).unwrap_or(i64::MAX));
+        Some(Share {
+            shares: self.clone(),
+            namespace: namespace.to_string(),
+        })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut counts = self
+            .shares
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.namespace) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.namespace);
+            }
+        }
+        self.shares
+            .metrics
+            .unit_backlog_namespaces
+            .set(i64::try_from(counts.len()).unwrap_or(i64::MAX));
+    }
 }
 
 /// Why a create failed.
@@ -120,6 +194,8 @@ struct Shared {
     background: Semaphore,
     /// One permit per unit waiting or being created after its answer.
     room: Arc<Semaphore>,
+    /// Each namespace's units in the backlog.
+    shares: Arc<NamespaceShares>,
     /// False after a failed call, until one succeeds.
     healthy: AtomicBool,
     config: CreatorConfig,
@@ -153,10 +229,15 @@ impl UnitCreator {
         let shared = Arc::new(Shared {
             api,
             view,
-            metrics,
+            metrics: metrics.clone(),
             slots: Semaphore::new(config.max_in_flight.max(1)),
             background: Semaphore::new(config.max_background.max(1)),
             room: Arc::new(Semaphore::new(config.backlog.max(1))),
+            shares: Arc::new(NamespaceShares {
+                counts: Mutex::default(),
+                limit: config.namespace_backlog.max(1),
+                metrics,
+            }),
             healthy: AtomicBool::new(true),
             config,
         });
@@ -194,19 +275,41 @@ impl UnitCreator {
                 }
             }
         }
+        let refused = |reason: &str| {
+            self.shared
+                .metrics
+                .unit_backlog_refusals
+                .get_or_create(&BacklogRefusalLabels {
+                    reason: reason.to_string(),
+                })
+                .inc();
+        };
         let busy = || {
+            refused("backlog-full");
             format!(
                 "Koord-Queue's webhook is busy: {} QueueUnits wait to be created; retry",
                 self.shared.config.backlog
             )
+        };
+        let namespace = unit.metadata.namespace.clone().unwrap_or_default();
+        // The namespace's share first: a namespace at its share is refused
+        // without taking room another namespace could use.
+        let Some(share) = self.shared.shares.take(&namespace) else {
+            refused("namespace-share");
+            return Err(format!(
+                "namespace {namespace} has {} QueueUnits waiting to be created, its share of \
+                 Koord-Queue's backlog; retry once they are created",
+                self.shared.shares.limit
+            ));
         };
         let Ok(room) = self.shared.room.clone().try_acquire_owned() else {
             return Err(busy());
         };
         let pending = Pending {
             _room: room,
+            _share: share,
             adapter,
-            namespace: unit.metadata.namespace.clone().unwrap_or_default(),
+            namespace,
             job: job.to_string(),
             unit: unit.metadata.name.clone().unwrap_or_default(),
             group: (unit.spec.consumer_ref.kind.as_deref() == Some(jobs::pod_group::GROUP_KIND))
@@ -616,7 +719,7 @@ mod tests {
             &'a self,
             _: &'a str,
             _: &'a str,
-        ) -> BoxFuture<'a, Result<Vec<serde_json::Value>, kube::Error>> {
+        ) -> BoxFuture<'a, Result<Vec<Value>, kube::Error>> {
             Box::pin(async { Ok(vec![]) })
         }
     }
@@ -820,6 +923,84 @@ mod tests {
         creator.idle().await;
         assert_eq!(api.units.lock().unwrap().len(), 3);
         assert_eq!(metrics.unit_backlog.get(), 0);
+    }
+
+    /// The unit of job `name` in namespace `namespace`.
+    fn unit_in(namespace: &str, name: &str) -> QueueUnit {
+        let mut unit = unit(name);
+        unit.metadata.namespace = Some(namespace.into());
+        unit
+    }
+
+    #[tokio::test]
+    async fn one_namespace_filling_its_share_does_not_refuse_another() {
+        // Creates never finish (until the gate opens): the backlog only fills.
+        let gate = Arc::new(Notify::new());
+        let api = Arc::new(ScriptedApi {
+            gate: Some(gate.clone()),
+            ..Default::default()
+        });
+        let metrics = Metrics::register(&mut Default::default());
+        let config = CreatorConfig {
+            backlog: 10,
+            namespace_backlog: 3,
+            ..CreatorConfig::new(4)
+        };
+        let view: Arc<dyn ClusterView> = Arc::new(NoView);
+        let creator = UnitCreator::start(api.clone(), view, metrics.clone(), config);
+        let create = |namespace: &'static str, name: String| {
+            api.store(&name);
+            let creator = &creator;
+            async move {
+                creator
+                    .create(job_adapter(), &unit_in(namespace, &name), &name)
+                    .await
+            }
+        };
+        let refusals = |reason: &str| {
+            metrics
+                .unit_backlog_refusals
+                .get_or_create(&BacklogRefusalLabels {
+                    reason: reason.into(),
+                })
+                .get()
+        };
+        for i in 0..3 {
+            create("greedy", format!("g{i}")).await.unwrap();
+        }
+        let refused = create("greedy", "g3".into()).await.unwrap_err();
+        assert!(
+            refused.contains("namespace greedy") && refused.contains("retry"),
+            "{refused}"
+        );
+        // Every other namespace still gets in, up to its own share.
+        for namespace in ["a", "b"] {
+            for i in 0..3 {
+                create(namespace, format!("{namespace}{i}")).await.unwrap();
+            }
+        }
+        assert_eq!(metrics.unit_backlog_namespaces.get(), 3);
+        assert_eq!(metrics.unit_backlog.get(), 9);
+        assert_eq!(
+            (refusals("namespace-share"), refusals("backlog-full")),
+            (1, 0)
+        );
+        // The whole backlog stays the bound across namespaces.
+        create("c", "c0".into()).await.unwrap();
+        let full = create("d", "d0".into()).await.unwrap_err();
+        assert!(full.contains("busy"), "{full}");
+        assert_eq!(refusals("backlog-full"), 1);
+        // Once the units are created the shares are free again, and no
+        // namespace is remembered.
+        while metrics.unit_backlog.get() > 0 {
+            gate.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        creator.idle().await;
+        assert_eq!(metrics.unit_backlog_namespaces.get(), 0);
+        assert!(creator.shared.shares.counts.lock().unwrap().is_empty());
+        gate.notify_one();
+        create("greedy", "g3".into()).await.unwrap();
     }
 
     #[tokio::test]
