@@ -759,10 +759,202 @@ async fn a_trainjob_is_sized_from_its_runtime_and_its_jobset_passes_as_its_child
         { "name": "dataset-initializer", "replicas": 1, "template": { "spec": { "template": template("100m") } } },
         { "name": "node", "replicas": 1, "template": { "spec": {
             "parallelism": 3, "completions": 3, "template": template("500m") } } } ]);
-    let stored = create(&api(&client, ns, "JobSet"), jobset).await.unwrap();
+    // The runtime edited since the TrainJob was queued (its nodes 4× as
+    // large): a JobSet of the new size is no child within the budget, which
+    // is the unit's, fixed at admission.
+    let mut grown = jobset.clone();
+    grown["spec"]["replicatedJobs"][1]["template"]["spec"]["template"] = template("2");
+    let mut bigger_node = template("2");
+    bigger_node["spec"]["containers"][0]["name"] = json!("node");
+    Api::<DynamicObject>::all_with(
+        cp.client().await.unwrap(),
+        &ApiResource::from_gvk_with_plural(&gvk, "clustertrainingruntimes"),
+    )
+    .patch(
+        "torch-kq",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "template": { "spec": { "replicatedJobs": [
+            { "name": "dataset-initializer", "template": { "spec": { "template": template("100m") } } },
+            { "name": "node", "template": { "spec": { "template": bigger_node } } } ] } } } })),
+    )
+    .await
+    .unwrap();
+    let jobsets = api(&client, ns, "JobSet");
+    // It names no quota, so it cannot be queued on its own either.
+    let message = refusal(
+        create(&jobsets, grown).await,
+        "a JobSet beyond the TrainJob's unit",
+    );
+    assert!(
+        message.contains("it needs cpu: 6100m") && message.contains("counts cpu: 1600m"),
+        "{message}"
+    );
+    let stored = create(&jobsets, jobset).await.unwrap();
     assert!(
         queue_unit_name(&stored).is_none(),
         "not queued twice: {stored}"
+    );
+}
+
+// ---- what the API server adds to pods ---------------------------------------
+
+/// A Job whose containers ask nothing is sized with the namespace's
+/// LimitRange defaults, and a pod's RuntimeClass overhead counts: both are
+/// written into its template (its pods ask what its unit holds), and a
+/// RuntimeClass that does not exist is refused.
+#[tokio::test]
+async fn limitrange_defaults_and_runtimeclass_overhead_count_in_a_jobs_size() {
+    let cp = setup().await;
+    let ns = "tenant-limitrange";
+    quota(cp, "limitrange-q", ns, "2", &[]).await;
+    let client = tenant(cp, ns, None).await;
+    let admin = cp.client().await.unwrap();
+    let range: k8s_openapi::api::core::v1::LimitRange = serde_json::from_value(json!({
+        "metadata": { "name": "defaults" },
+        "spec": { "limits": [{ "type": "Container",
+            "defaultRequest": { "cpu": "1", "memory": "128Mi" },
+            "default": { "cpu": "1", "memory": "128Mi" } }] } }))
+    .unwrap();
+    Api::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &range)
+        .await
+        .unwrap();
+    let class: k8s_openapi::api::node::v1::RuntimeClass = serde_json::from_value(json!({
+        "metadata": { "name": "kq-sandboxed" }, "handler": "sandboxed",
+        "overhead": { "podFixed": { "cpu": "500m", "memory": "64Mi" } } }))
+    .unwrap();
+    let _ = Api::all(admin.clone())
+        .create(&PostParams::default(), &class)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let jobs = api(&client, ns, "Job");
+    let mut bare = batch_job("bare", Some("limitrange-q"), 3, "1");
+    bare["spec"]["template"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources");
+    let stored = create(&jobs, bare).await.unwrap();
+    assert_eq!(
+        stored["spec"]["template"]["spec"]["containers"][0]["resources"],
+        json!({ "requests": { "cpu": "1", "memory": "128Mi" },
+                "limits": { "cpu": "1", "memory": "128Mi" } }),
+        "the defaults its pods will get are in its template"
+    );
+    let unit = unit_of(cp, ns, &stored).await;
+    assert_eq!(
+        Resources::from_list(&unit.spec.resource)
+            .unwrap()
+            .get("cpu"),
+        3000,
+        "3 pods of the default 1 cpu"
+    );
+    assert_eq!(
+        phase_after(cp, ns, &stored, Duration::from_secs(2)).await,
+        "Enqueued",
+        "3 cpu do not fit a quota of 2"
+    );
+
+    let mut sandboxed = batch_job("sandboxed", Some("limitrange-q"), 1, "1");
+    sandboxed["spec"]["template"]["spec"]["runtimeClassName"] = json!("kq-sandboxed");
+    let stored = create(&jobs, sandboxed).await.unwrap();
+    let unit = unit_of(cp, ns, &stored).await;
+    assert_eq!(
+        Resources::from_list(&unit.spec.resource)
+            .unwrap()
+            .get("cpu"),
+        1500,
+        "1 cpu and the RuntimeClass's 500m overhead"
+    );
+    let mut lost = batch_job("lost", Some("limitrange-q"), 1, "1");
+    lost["spec"]["template"]["spec"]["runtimeClassName"] = json!("no-such-class");
+    let message = refusal(
+        create(&jobs, lost).await,
+        "a RuntimeClass that does not exist",
+    );
+    assert!(
+        message.contains("RuntimeClass \"no-such-class\", which does not exist"),
+        "{message}"
+    );
+}
+
+// ---- priority ----------------------------------------------------------------
+
+/// Priority is the administrator's: the cluster's own classes are refused,
+/// and a namespace's or quota's annotation lists the classes its jobs may
+/// name.
+#[tokio::test]
+async fn priority_classes_are_the_administrators() {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let cp = setup().await;
+    let ns = "tenant-priority";
+    quota(cp, "priority-q", ns, "10", &[]).await;
+    let client = tenant(cp, ns, None).await;
+    let admin = cp.client().await.unwrap();
+    for (name, value) in [("tenant-low", 10), ("tenant-high", 1000)] {
+        let class: PriorityClass =
+            serde_json::from_value(json!({ "metadata": { "name": name }, "value": value }))
+                .unwrap();
+        let _ = Api::<PriorityClass>::all(admin.clone())
+            .create(&PostParams::default(), &class)
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let jobs = api(&client, ns, "Job");
+    let with_class = |name: &str, class: &str| {
+        let mut job = batch_job(name, Some("priority-q"), 1, "100m");
+        job["spec"]["template"]["spec"]["priorityClassName"] = json!(class);
+        job
+    };
+    let message = refusal(
+        create(&jobs, with_class("critical", "system-cluster-critical")).await,
+        "a system PriorityClass",
+    );
+    assert!(message.contains("the cluster's own"), "{message}");
+    create(&jobs, with_class("high-1", "tenant-high"))
+        .await
+        .expect("any other class while nothing narrows them");
+
+    // The administrator narrows the namespace to the low class.
+    let annotate = |classes: &str| json!({ "metadata": { "annotations": { keys::PRIORITY_CLASSES_ANNOTATION: classes } } });
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(annotate("tenant-low")),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let message = refusal(
+        create(&jobs, with_class("high-2", "tenant-high")).await,
+        "a class the namespace does not list",
+    );
+    assert!(
+        message.contains("namespace tenant-priority allows the PriorityClasses [tenant-low]"),
+        "{message}"
+    );
+    create(&jobs, with_class("low-1", "tenant-low"))
+        .await
+        .expect("a class the namespace lists");
+
+    // And the quota to the high class: the low one is refused by it.
+    Api::<ElasticQuota>::namespaced(admin.clone(), ns)
+        .patch(
+            "priority-q",
+            &PatchParams::default(),
+            &Patch::Merge(annotate("tenant-high")),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let message = refusal(
+        create(&jobs, with_class("low-2", "tenant-low")).await,
+        "a class the quota does not list",
+    );
+    assert!(
+        message.contains("ElasticQuota priority-q allows the PriorityClasses [tenant-high]"),
+        "{message}"
     );
 }
 
