@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use koord_queue_api::jobs::pod::POD_KIND;
+use koord_queue_api::jobs::pod_defaults::{self, PodDefaults};
 use koord_queue_api::jobs::pod_group;
 use koord_queue_api::{QueueUnit, keys};
 use kube::core::DynamicObject;
@@ -224,6 +225,8 @@ impl Webhook {
             Err(message) => return (allow.deny(message), "denied"),
         };
         let objects = sized.as_ref().unwrap_or(objects);
+        let completed = self.completed_update(request, objects);
+        let objects = completed.as_ref().unwrap_or(objects);
         let fresh = self.fresh_view(request, objects).await;
         let verdict = match &fresh {
             Some(view) => admit::decide(request, objects, view, &self.policy),
@@ -470,6 +473,46 @@ impl Webhook {
         }
     }
 
+    /// For an UPDATE of a job, both objects with what the API server will
+    /// add to its pods (as admission wrote into its templates): an update
+    /// that drops a request its LimitRange would give back larger, or names
+    /// a RuntimeClass with an overhead, is growth. Both are completed alike,
+    /// so a job queued before its namespace had defaults is not judged
+    /// grown by them. `None` when there is nothing to add or it is no job's
+    /// update (a Pod is completed by the API server before any webhook).
+    fn completed_update(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        objects: &RequestObjects,
+    ) -> Option<RequestObjects> {
+        let kind = &request.kind;
+        let adapter = koord_queue_api::jobs::for_kind(&kind.group, &kind.kind)?;
+        if request.operation != Operation::Update
+            || request.sub_resource.is_some()
+            || adapter.kind() == &POD_KIND
+            || !self.policy.is_enabled(adapter.kind().extension)
+        {
+            return None;
+        }
+        let defaults = self
+            .view
+            .pod_defaults(request.namespace.as_deref().unwrap_or_default());
+        if defaults == PodDefaults::default() {
+            return None;
+        }
+        let complete = |object: Option<&Value>| {
+            object.cloned().map(|mut object| {
+                // A RuntimeClass gone since is no growth of this update's.
+                let _ = pod_defaults::complete(&mut object, &defaults);
+                object
+            })
+        };
+        Some(RequestObjects {
+            object: complete(objects.object.as_ref()),
+            old: complete(objects.old.as_ref()),
+        })
+    }
+
     /// The response to a verdict that needs no owner proof.
     async fn apply(
         &self,
@@ -708,7 +751,7 @@ impl ClusterView for FreshView<'_> {
     fn global_default_priority(&self) -> Option<(String, i32)> {
         self.inner.global_default_priority()
     }
-    fn pod_defaults(&self, ns: &str) -> koord_queue_api::jobs::pod_defaults::PodDefaults {
+    fn pod_defaults(&self, ns: &str) -> PodDefaults {
         self.inner.pod_defaults(ns)
     }
 }

@@ -163,6 +163,20 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
                 keys::QUEUED_LABEL
             ));
         }
+        // Any other key of ours (but a Workflow's stated size, which the
+        // size rule judges): none is the tenant's to add or change.
+        let others = |job: &Value| {
+            let mut ours = crate::children::own_keys_of(job);
+            ours.retain(|(k, _)| k != keys::MIN_RESOURCES_ANNOTATION);
+            ours
+        };
+        if others(old) != others(new) {
+            return Some(format!(
+                "the {}* labels and annotations of a queued job are Koord-Queue's and cannot be \
+                 added, changed or removed",
+                keys::KEY_PREFIX
+            ));
+        }
     }
     let controller = |job: &Value| {
         ownership::managed_controller(job).map(|o| (o.adapter.kind().kind, o.name, o.uid))

@@ -2,6 +2,11 @@
 //! more than its unit holds, or lifts a hold its unit has not earned —
 //! whatever the update changes: counts, requests, suspend markers (false,
 //! null, removed), owners, labels. Every kind, random updates from tenants.
+//!
+//! And for pods: a queued pod, a pod group's member and a managed job's
+//! child never run more than their unit holds, never lift a hold their unit
+//! has not earned, and never change the `koord-queue/` keys the webhook
+//! gave them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -195,6 +200,7 @@ proptest! {
             let api = Arc::new(MemoryApi::default());
             let mut unit = QueueUnit::new("the-unit", Default::default());
             unit.spec.queue = "team-a".into();
+            unit.spec.consumer_ref.name = sample["metadata"]["name"].as_str().map(str::to_string);
             unit.status = Some(QueueUnitStatus {
                 phase: Some(if released { QueueUnitPhase::Running } else { QueueUnitPhase::Enqueued }),
                 ..Default::default()
@@ -218,6 +224,218 @@ proptest! {
                 }
                 let label = |v: &Value| v["metadata"]["labels"][keys::QUOTA_NAME_LABEL].clone();
                 prop_assert_eq!(label(&old), label(&new), "allowed moving quota");
+            }
+            Ok(())
+        })?;
+    }
+}
+
+/// The pod samples: (the stored pod, the paths an update changes).
+const POD_PATHS: [&[&str]; 8] = [
+    &["spec", "schedulingGates"],
+    &["spec", "containers"],
+    &["metadata", "annotations", keys::QUEUE_UNIT_ANNOTATION],
+    &["metadata", "labels", keys::QUEUED_LABEL],
+    &["metadata", "labels", keys::CHARGED_TO_LABEL],
+    &["metadata", "labels", jobs::pod_group::POD_GROUP_LABEL],
+    &[
+        "metadata",
+        "annotations",
+        jobs::pod_group::POD_GROUP_SIZE_ANNOTATION,
+    ],
+    &["metadata", "ownerReferences"],
+];
+
+fn pod_values() -> Vec<Option<Value>> {
+    vec![
+        None,
+        Some(Value::Null),
+        Some(json!([])),
+        Some(json!([{ "name": jobs::pod::SCHEDULING_GATE }])),
+        Some(json!([{ "name": "c", "image": "i", "resources": { "requests": { "cpu": "8" } } }])),
+        Some(
+            json!([{ "name": "c", "image": "i", "resources": { "requests": { "cpu": "500m" } } }]),
+        ),
+        Some(json!("released-unit")),
+        Some(json!("true")),
+        Some(json!("uid-team-ns-released")),
+        Some(json!("3")),
+        Some(
+            json!([{ "apiVersion": "batch/v1", "kind": "Job", "name": "released",
+                     "uid": "uid-team-ns-released", "controller": true }]),
+        ),
+    ]
+}
+
+fn pod(name: &str, cpu: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": "team-ns",
+                          "labels": { keys::QUOTA_NAME_LABEL: "team-a" } },
+            "spec": { "containers": [{ "name": "c", "image": "i",
+                "resources": { "requests": { "cpu": cpu, "memory": "1Gi" } } }] } })
+}
+
+fn koord_keys(object: &Value) -> Vec<(String, Value)> {
+    ["labels", "annotations"]
+        .iter()
+        .filter_map(|f| object["metadata"][f].as_object())
+        .flat_map(|m| m.iter())
+        // A null in a string map is no key: the API server never sends one.
+        .filter(|(k, v)| k.starts_with(keys::KEY_PREFIX) && !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// A unit for `job` (of `adapter`) named `name`, in `phase`.
+fn unit_of(job: &Value, name: &str, phase: QueueUnitPhase) -> QueueUnit {
+    let adapter = jobs::for_api_version(
+        job["apiVersion"].as_str().unwrap(),
+        job["kind"].as_str().unwrap(),
+    )
+    .unwrap();
+    let mut unit = jobs::queue_unit(
+        adapter,
+        job,
+        jobs::UnitPlacement {
+            namespace: "team-ns".into(),
+            job_name: job["metadata"]["name"].as_str().unwrap().into(),
+            unit_name: name.into(),
+            queue: "team-a".into(),
+            priority_class_name: None,
+            priority: 0,
+        },
+    )
+    .unwrap();
+    unit.status = Some(QueueUnitStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
+    unit
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_allowed_update_of_a_pod_runs_more_than_its_unit_or_moves_its_keys(
+        sample in 0usize..3,
+        released in any::<bool>(),
+        running_siblings in 0usize..3,
+        changes in prop::collection::vec((0usize..8, 0usize..11), 1..4),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let api = Arc::new(MemoryApi::default());
+            let phase = if released { QueueUnitPhase::Running } else { QueueUnitPhase::Enqueued };
+            let pod_adapter = jobs::for_kind("", "Pod").unwrap();
+            // Another job's unit, released: what a forged key would name.
+            let other = json!({ "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": { "name": "released", "namespace": "team-ns" },
+                "spec": { "parallelism": 8, "template": template("8") } });
+            let other = api.store(&other);
+            api.units.lock().unwrap().insert(
+                ("team-ns".into(), "released-unit".into()),
+                unit_of(&other, "released-unit", QueueUnitPhase::Running),
+            );
+            // The job whose child the child sample is: 2 pods of 1 cpu.
+            let mut owner = json!({ "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": { "name": "owner", "namespace": "team-ns",
+                    "annotations": { keys::QUEUE_UNIT_ANNOTATION: "owner-unit" } },
+                "spec": { "parallelism": 2, "template": template("1") } });
+            owner = api.store(&owner);
+            let owner_uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+            api.units.lock().unwrap().insert(
+                ("team-ns".into(), "owner-unit".into()),
+                unit_of(&owner, "owner-unit", phase),
+            );
+            let siblings: Vec<Value> = (0..running_siblings)
+                .map(|i| {
+                    let mut p = pod(&format!("sibling-{i}"), "1");
+                    p["metadata"]["labels"][keys::CHARGED_TO_LABEL] = json!(owner_uid);
+                    p
+                })
+                .collect();
+            api.pods.lock().unwrap().insert("team-ns".into(), siblings);
+
+            let mut old = match sample {
+                // A queued pod.
+                0 => {
+                    let mut p = pod("queued", "1");
+                    p["metadata"]["labels"][keys::QUEUED_LABEL] = json!("true");
+                    jobs::set_annotation(&mut p, keys::QUEUE_UNIT_ANNOTATION, "queued-unit");
+                    jobs::set_annotation(&mut p, keys::QUEUE_ANNOTATION, "team-a");
+                    p
+                }
+                // A pod group's member (a group of 2).
+                1 => {
+                    let mut p = pod("member", "1");
+                    p["metadata"]["labels"][keys::QUEUED_LABEL] = json!("true");
+                    p["metadata"]["labels"][jobs::pod_group::POD_GROUP_LABEL] = json!("g");
+                    jobs::set_annotation(&mut p, jobs::pod_group::POD_GROUP_SIZE_ANNOTATION, "2");
+                    jobs::set_annotation(&mut p, keys::QUEUE_UNIT_ANNOTATION, "g-group");
+                    jobs::set_annotation(&mut p, keys::QUEUE_ANNOTATION, "team-a");
+                    p
+                }
+                // The owner's child, as admission left it.
+                _ => {
+                    let mut p = pod("child", "1");
+                    p["metadata"]["labels"] = json!({ keys::CHARGED_TO_LABEL: owner_uid });
+                    jobs::set_annotation(&mut p, keys::ADMISSION_ANNOTATION, "req-child");
+                    p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "batch/v1",
+                        "kind": "Job", "name": "owner", "uid": owner_uid, "controller": true }]);
+                    p
+                }
+            };
+            pod_adapter.hold(&mut old);
+            let own_unit = match sample {
+                0 => Some(("queued-unit", unit_of(&old, "queued-unit", phase))),
+                1 => Some(("g-group", unit_of(&old, "g-group", phase))),
+                _ => None,
+            };
+            if let Some((name, unit)) = own_unit {
+                api.units.lock().unwrap().insert(("team-ns".into(), name.into()), unit);
+            }
+            if released && sample == 0 {
+                pod_adapter.release(&mut old);
+            }
+            let router = koord_queue_webhook::router(webhook(standard_view(), api), 1 << 20, 64);
+
+            let mut new = old.clone();
+            let values = pod_values();
+            for (p, v) in &changes {
+                let path = POD_PATHS[*p];
+                let value = values[*v].clone();
+                // Labels and annotations are strings: anything else is
+                // refused by the API server before any webhook sees it.
+                let string_map = matches!(path.get(1), Some(&"labels" | &"annotations"));
+                if string_map && !matches!(value, None | Some(Value::String(_))) {
+                    continue;
+                }
+                set_or_remove(&mut new, path, value);
+            }
+            let review = review("UPDATE", new.clone(), Some(old.clone()), "tenant");
+            if allowed(&router, review).await {
+                let size = |p: &Value| jobs::total_resources(&pod_adapter.pod_sets(p).unwrap());
+                let sets = pod_adapter.pod_sets(&new);
+                prop_assert!(sets.is_ok(), "allowed an unreadable pod: {new}");
+                prop_assert!(
+                    guard::exceeds(&size(&new), &size(&old)).is_empty(),
+                    "allowed growth: {old} → {new}"
+                );
+                prop_assert_eq!(koord_keys(&old), koord_keys(&new), "allowed moving a key: {}", new);
+                let runs = !guard::fully_held(pod_adapter, &new);
+                match sample {
+                    // A member never lifts its own hold: the group is
+                    // released whole, by the scheduler.
+                    1 => prop_assert!(!runs || !guard::fully_held(pod_adapter, &old), "member lifted its hold: {}", new),
+                    _ if runs && guard::fully_held(pod_adapter, &old) => {
+                        prop_assert!(released, "lifted an unearned hold: {old} → {new}");
+                        if sample == 2 {
+                            prop_assert!(running_siblings < 2, "a third pod runs on a unit of 2: {}", new);
+                        }
+                    }
+                    _ => {}
+                }
             }
             Ok(())
         })?;
