@@ -967,6 +967,47 @@ fn spark(name: &str, quota: &str) -> Value {
                       "executor": { "cores": 1, "memory": "512m", "instances": 2 } } })
 }
 
+/// A SparkApplication is sized as the most it may run: dynamic allocation
+/// at its maximum (refused without one), accelerators its `sparkConf` asks
+/// for counted.
+#[tokio::test]
+async fn a_spark_application_is_sized_at_its_dynamic_maximum_with_its_accelerators() {
+    let cp = setup().await;
+    let ns = "tenant-spark-size";
+    quota(cp, "spark-size-q", ns, "100", &[]).await;
+    let client = tenant(cp, ns, None).await;
+    let apps = api(&client, ns, "SparkApplication");
+    let mut unbounded = spark("unbounded", "spark-size-q");
+    unbounded["spec"]["dynamicAllocation"] = json!({ "enabled": true, "minExecutors": 1 });
+    let message = refusal(
+        create(&apps, unbounded).await,
+        "dynamic allocation without a maximum",
+    );
+    assert!(message.contains("without a maximum"), "{message}");
+    let mut bounded = spark("bounded", "spark-size-q");
+    bounded["spec"]["dynamicAllocation"] =
+        json!({ "enabled": true, "minExecutors": 1, "maxExecutors": 6 });
+    bounded["spec"]["sparkConf"] = json!({
+        "spark.executor.resource.gpu.amount": "1",
+        "spark.executor.resource.gpu.vendor": "nvidia.com" });
+    let stored = create(&apps, bounded).await.unwrap();
+    let unit = unit_of(cp, ns, &stored).await;
+    let executors = unit
+        .spec
+        .pod_set
+        .iter()
+        .find(|s| s.name == "executor")
+        .expect("an executor pod set");
+    assert_eq!(executors.count, 6, "its maximum");
+    assert_eq!(
+        Resources::from_list(&unit.spec.resource)
+            .unwrap()
+            .get("nvidia.com/gpu"),
+        6,
+        "one GPU for each of 6 executors"
+    );
+}
+
 fn workflow(name: &str, quota: &str, min_resources: Option<&str>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(m) = min_resources {

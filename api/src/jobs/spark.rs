@@ -181,6 +181,47 @@ impl<'a> SparkConf<'a> {
         )
     }
 
+    /// The accelerators `sparkConf` gives one pod of `role`: Spark on
+    /// Kubernetes asks for `spark.<role>.resource.<name>.amount` of the
+    /// resource `<vendor>/<name>` (`spark.<role>.resource.<name>.vendor`).
+    fn resources(&self, role: &str) -> Result<Vec<(String, i64)>, AdapterError> {
+        let prefix = format!("spark.{role}.resource.");
+        let mut found = Vec::new();
+        for key in self.0.iter().flat_map(|m| m.keys()) {
+            let Some(name) = key
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(".amount"))
+            else {
+                continue;
+            };
+            let path = format!("spec.sparkConf[{key}]");
+            let amount = self.get(key)?.unwrap_or_default();
+            let amount = amount
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    invalid(
+                        &path,
+                        format!("expected a non-negative integer, found {amount:?}"),
+                    )
+                })?;
+            let vendor_key = format!("{prefix}{name}.vendor");
+            let Some(vendor) = self.get(&vendor_key)?.filter(|v| !v.is_empty()) else {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{amount} {name} per pod without {vendor_key}: Spark on Kubernetes \
+                         requests <vendor>/{name}, and which resource that is cannot be told"
+                    ),
+                ));
+            };
+            found.push((format!("{vendor}/{name}"), amount));
+        }
+        Ok(found)
+    }
+
     /// An integer setting, e.g. `spark.executor.instances: "4"`.
     fn count(&self, key: &str) -> Result<Option<i32>, AdapterError> {
         match self.get(key)? {
@@ -201,7 +242,11 @@ impl<'a> SparkConf<'a> {
     }
 }
 
-/// Number of executor pods.
+/// Number of executor pods: with dynamic allocation (the typed field or
+/// `spark.dynamicAllocation.enabled` in `sparkConf`) the most Spark may run,
+/// its `maxExecutors` — a queued job's size is fixed at admission, and Spark
+/// scales up without asking the queue. Without a maximum Spark's is
+/// unbounded: such a job cannot be sized and is refused.
 fn executor_count(spec: &Value, conf: &SparkConf<'_>) -> Result<i32, AdapterError> {
     let instances = match opt_count(
         get_path(spec, &["executor", "instances"]),
@@ -212,24 +257,42 @@ fn executor_count(spec: &Value, conf: &SparkConf<'_>) -> Result<i32, AdapterErro
     };
     let dynamic = field(spec, "dynamicAllocation");
     opt_object(dynamic, "spec.dynamicAllocation")?;
-    if dynamic.is_some_and(|d| is_true(d, &["enabled"])) {
-        let read = |key: &str| {
-            opt_count(
-                dynamic.and_then(|d| field(d, key)),
-                &format!("spec.dynamicAllocation.{key}"),
-            )
-        };
-        // Spark starts max(minExecutors, initialExecutors, instances) executors.
-        Ok(
-            [read("initialExecutors")?, read("minExecutors")?, instances]
-                .into_iter()
-                .flatten()
-                .max()
-                .unwrap_or(0),
-        )
-    } else {
-        Ok(instances.unwrap_or(1))
+    let typed = dynamic.is_some_and(|d| is_true(d, &["enabled"]));
+    let in_conf = conf
+        .get("spark.dynamicAllocation.enabled")?
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if !typed && !in_conf {
+        return Ok(instances.unwrap_or(1));
     }
+    // The typed fields win over sparkConf, as spark-operator passes them.
+    let read = |key: &str| -> Result<Option<i32>, AdapterError> {
+        match opt_count(
+            dynamic.and_then(|d| field(d, key)),
+            &format!("spec.dynamicAllocation.{key}"),
+        )? {
+            Some(n) => Ok(Some(n)),
+            None => conf.count(&format!("spark.dynamicAllocation.{key}")),
+        }
+    };
+    let Some(max) = read("maxExecutors")? else {
+        return Err(invalid(
+            "spec.dynamicAllocation.maxExecutors",
+            "dynamic allocation is enabled without a maximum: Spark would start executors \
+             without bound, beyond what the queue reserved. Set maxExecutors",
+        ));
+    };
+    // Spark never runs more than maxExecutors; the others only matter when
+    // they are larger (a configuration Spark itself refuses to start).
+    Ok([
+        Some(max),
+        read("initialExecutors")?,
+        read("minExecutors")?,
+        instances,
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(max))
 }
 
 /// The pod template of one role: the main container with the requests Spark
@@ -316,6 +379,17 @@ fn pod_template(spec: &Value, conf: &SparkConf<'_>, role: Role) -> Result<Value,
         }
         if quantity > 0 {
             requests.insert(gpu_name.to_string(), json!(quantity.to_string()));
+        }
+    }
+
+    for (resource, amount) in conf.resources(name)? {
+        let more = requests
+            .get(&resource)
+            .and_then(Value::as_str)
+            .and_then(|q| q.parse::<i64>().ok())
+            .is_none_or(|had| amount > had);
+        if more && amount > 0 {
+            requests.insert(resource, json!(amount.to_string()));
         }
     }
 
@@ -559,27 +633,46 @@ mod tests {
             count(json!({"executor": {}, "sparkConf": {"spark.executor.instances": "6"}})),
             6
         );
+        // Dynamic allocation: its maximum, what Spark may scale up to.
         assert_eq!(
             count(
                 json!({"dynamicAllocation": {"enabled": true, "initialExecutors": 2, "minExecutors": 1, "maxExecutors": 10}})
             ),
-            3 // instances: 3 is the largest
+            10
         );
         assert_eq!(
             count(
-                json!({"executor": {}, "dynamicAllocation": {"enabled": true, "minExecutors": 4}})
+                json!({"executor": {}, "dynamicAllocation": {"enabled": true, "minExecutors": 4, "maxExecutors": 6}})
             ),
-            4
+            6
         );
         assert_eq!(
-            count(
-                json!({"executor": {"instances": 2}, "dynamicAllocation": {"enabled": true, "initialExecutors": 5}})
-            ),
-            5
+            count(json!({"executor": {}, "sparkConf": {
+                "spark.dynamicAllocation.enabled": "true",
+                "spark.dynamicAllocation.maxExecutors": "12"}})),
+            12,
+            "enabled through sparkConf"
         );
         assert_eq!(
             count(json!({"dynamicAllocation": {"enabled": false, "initialExecutors": 9}})),
             3
+        );
+    }
+
+    #[test]
+    fn accelerators_in_sparkconf_count() {
+        let job = with_spec(json!({ "sparkConf": {
+            "spark.executor.resource.gpu.amount": "2",
+            "spark.executor.resource.gpu.vendor": "nvidia.com",
+            "spark.driver.resource.fpga.amount": "1",
+            "spark.driver.resource.fpga.vendor": "xilinx.com" },
+            "executor": { "instances": 3, "gpu": { "name": "nvidia.com/gpu", "quantity": 1 } } }));
+        let sets = SparkApplicationAdapter.pod_sets(&job).unwrap();
+        assert_eq!(sets[0].per_pod.get("xilinx.com/fpga"), 1);
+        assert_eq!(
+            sets[1].per_pod.get("nvidia.com/gpu"),
+            2,
+            "the larger of both"
         );
     }
 
@@ -656,8 +749,25 @@ mod tests {
                 "spec.memoryOverheadFactor",
             ),
             (
-                json!({"dynamicAllocation": {"enabled": true, "minExecutors": -3}}),
+                json!({"dynamicAllocation": {"enabled": true, "minExecutors": -3, "maxExecutors": 4}}),
                 "spec.dynamicAllocation.minExecutors",
+            ),
+            (
+                json!({"dynamicAllocation": {"enabled": true, "minExecutors": 1}}),
+                "spec.dynamicAllocation.maxExecutors",
+            ),
+            (
+                json!({"executor": {}, "sparkConf": {"spark.dynamicAllocation.enabled": "true"}}),
+                "spec.dynamicAllocation.maxExecutors",
+            ),
+            (
+                json!({"sparkConf": {"spark.executor.resource.gpu.amount": "2"}}),
+                "spec.sparkConf[spark.executor.resource.gpu.amount]",
+            ),
+            (
+                json!({"sparkConf": {"spark.driver.resource.gpu.amount": "x",
+                                     "spark.driver.resource.gpu.vendor": "nvidia.com"}}),
+                "spec.sparkConf[spark.driver.resource.gpu.amount]",
             ),
             (
                 json!({"sparkConf": {"spark.executor.instances": "many"}, "executor": {}}),
