@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, HttpBody};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -225,15 +225,41 @@ fn refused(state: &RouterState, refusal: Refusal, length: usize, timeout: Durati
     }
 }
 
-/// The JSON answer; `charge` is given back once it has been sent (or the
-/// connection dropped it).
+/// The answer's bytes and the charge of its review: the charge is given
+/// back when the last reference to the bytes is dropped, once hyper has
+/// written them (or the connection dropped them).
+struct HeldAnswer {
+    json: Vec<u8>,
+    _charge: Charge,
+}
+
+impl AsRef<[u8]> for HeldAnswer {
+    fn as_ref(&self) -> &[u8] {
+        &self.json
+    }
+}
+
+/// The JSON answer, holding `charge` until it has been sent; one buffer of
+/// known length, so the answer has a Content-Length.
 fn answer_holding(status: StatusCode, body: serde_json::Value, charge: Charge) -> Response {
-    let (parts, body) = (status, axum::Json(body)).into_response().into_parts();
-    let body = body.map_frame(move |frame| {
-        let _held = &charge;
-        frame
-    });
-    Response::from_parts(parts, Body::new(body))
+    match serde_json::to_vec(&body) {
+        Ok(json) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            Bytes::from_owner(HeldAnswer {
+                json,
+                _charge: charge,
+            }),
+        )
+            .into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the answer: {e}"),
+        ),
+    }
 }
 
 /// Re-reads the certificate files every `interval`; a changed, valid pair
@@ -260,6 +286,10 @@ pub async fn reload_certificates(
     }
 }
 
+/// Largest read buffer of an HTTP/1 connection (hyper's minimum is 8 KiB;
+/// request headers must fit in it).
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
 /// Serves `app` over TLS on `listener` until `handle` shuts it down. Slow
 /// clients are cut off: the TLS handshake and the request headers must each
 /// arrive within `header_timeout`.
@@ -279,6 +309,10 @@ pub async fn serve_tls(
         .http_builder()
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_timeout);
+        .header_read_timeout(header_timeout)
+        // hyper grows a connection's read buffer up to ~400 KiB while a large
+        // body streams in, and keeps it: outside the review budget, 512
+        // connections could hold 200 MiB. 64 KiB reads a body as fast.
+        .max_buf_size(READ_BUFFER_BYTES);
     server.serve(app.into_make_service()).await
 }

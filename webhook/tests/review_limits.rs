@@ -122,6 +122,9 @@ async fn a_review_waits_for_its_bytes_and_is_told_to_retry_when_none_free_in_tim
         .into_bytes();
     let held = router.clone().oneshot(post(large)).await.unwrap();
     assert_eq!(held.status(), StatusCode::OK);
+    // Held until sent, yet of known length: the API server gets a
+    // Content-Length as before.
+    assert!(held.headers().get(header::CONTENT_LENGTH).is_some());
     let taken = webhook.metrics.review_bytes_in_flight.get();
     assert!(taken > (MIB - 300) as i64, "{taken}");
 
@@ -141,8 +144,11 @@ async fn a_review_waits_for_its_bytes_and_is_told_to_retry_when_none_free_in_tim
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
-    let answer = held.into_body().collect().await.unwrap().to_bytes();
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    // Read and dropped, as hyper does once it has written the answer.
+    let answer: Value = {
+        let bytes = held.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    };
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     let (status, _, body) = waiting.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");
