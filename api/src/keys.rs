@@ -46,6 +46,10 @@ pub const QUEUE_POLICY_LABEL: &str = "koord-queue/queue-policy";
 /// namespace selector) in to queueing its Pods: the chart's pod webhooks
 /// select it.
 pub const QUEUE_PODS_NAMESPACE_LABEL: &str = "koord-queue/queue-pods";
+/// Namespace label (the administrator's) letting pods that are no queued
+/// job's child run unqueued in an opted-in namespace that does not queue
+/// pods (value `allow`). Without it the webhook refuses them there.
+pub const UNQUEUED_PODS_NAMESPACE_LABEL: &str = "koord-queue/unqueued-pods";
 /// Label the webhook puts on queued objects of kinds the scheduler watches
 /// by label (`JobAdapter::labels_queued`: Pods). Set at admission and never
 /// changed by anyone else: the scheduler would lose the object.

@@ -49,8 +49,10 @@ pub fn test_args(tls_dir: &Path) -> koord_queue_webhook::Args {
     // before quotas belonged to namespaces; the tenant suite and the chart's
     // flags run the default rule.
     args.allow_cross_namespace_quota = true;
-    // Every kind, Pods too: pods are reviewed only in namespaces that queue
-    // them (`configuration`), which only the pod suites label.
+    // Every kind, Pods too: pods are queued only in namespaces labelled to
+    // queue them, which only the pod suites label; as the chart, the pods of
+    // every opted-in namespace are reviewed (a job's pods as its children).
+    args.review_pods = true;
     args.enabled_kinds = koord_queue_api::jobs::extensions()
         .iter()
         .map(|k| k.to_string())
@@ -98,8 +100,8 @@ pub fn write_serving_cert(cp: &ControlPlane, dir: &Path) -> Result<()> {
 }
 
 /// The webhooks the chart registers with every kind enabled: every create,
-/// and the updates of anyone but the scheduler; of jobs, and of pods in
-/// namespaces that queue pods.
+/// and the updates of anyone but the scheduler; of jobs, and of the pods of
+/// every opted-in namespace.
 pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfiguration> {
     use base64::Engine;
     use koord_queue_api::jobs::pod_group;
@@ -127,13 +129,11 @@ pub fn configuration(url: &str, ca_pem: &str) -> Result<MutatingWebhookConfigura
                 })
             })
             .collect();
-        // As the chart: pods only from namespaces that queue pods, but a
-        // LeaderWorkerSet's pods from every opted-in namespace, by their
-        // own hook (`lws_hook`).
-        let mut namespace_labels = serde_json::json!({ keys::ENABLED_NAMESPACE_LABEL: "true" });
+        // As the chart (webhook.reviewPods): the pods of every opted-in
+        // namespace, but a LeaderWorkerSet's by their own hook (`lws_hook`).
+        let namespace_labels = serde_json::json!({ keys::ENABLED_NAMESPACE_LABEL: "true" });
         let mut object_selector = serde_json::json!({});
         if pods {
-            namespace_labels[keys::QUEUE_PODS_NAMESPACE_LABEL] = "true".into();
             object_selector = serde_json::json!({ "matchExpressions": [
                 { "key": pod_group::LWS_NAME_LABEL, "operator": "DoesNotExist" }] });
         }

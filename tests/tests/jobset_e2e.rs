@@ -151,13 +151,24 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         );
     }
     // Its Jobs' pods asked, summed, for what its unit reserved.
+    // The Job controller makes them after the Jobs start, each reviewed as
+    // its Job's child: wait for all five rather than assume they are there.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
+    fixtures::eventually(LONG, || async {
+        Ok(pods
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .len()
+            == 5)
+    })
+    .await
+    .expect("1 leader and 2 x 2 worker pods");
     let made = pods
         .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items;
-    assert_eq!(made.len(), 5, "1 leader and 2 x 2 worker pods");
     let reserved = unit_of(first).await.unwrap().spec.resource;
     assert_eq!(
         requested_by(&made).unwrap(),

@@ -256,3 +256,111 @@ async fn a_held_child_cannot_run_on_another_jobs_unit() {
         "still gated"
     );
 }
+
+/// A tenant bound to Kubernetes' built-in `edit` role — pods, Deployments,
+/// StatefulSets and Jobs in its namespace — where the namespace queues jobs
+/// but not pods: a bare pod and a Deployment's pods are refused (they would
+/// run outside the queue), a Job's pods run as its children once it is
+/// released. What `edit` can do is stated in docs/security.md "Namespaces".
+#[tokio::test]
+async fn the_edit_role_runs_pods_only_as_a_queued_jobs_children() {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let quota = fixtures::unique_name("edit");
+    create_quota(&admin, &quota, None, false, "2", "2", None)
+        .await
+        .unwrap();
+    let ns = fixtures::unique_name("edit");
+    let client = tenant::tenant_namespace(cp, &ns, None).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "tenant-edit" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit" },
+        "subjects": [{ "kind": "ServiceAccount", "name": tenant::TENANT, "namespace": ns }] }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "bare" },
+        "spec": { "containers": [{ "name": "main", "image": "busybox",
+            "resources": { "requests": { "cpu": "1" } } }] } }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // The RoleBinding takes a moment to reach the authorizer.
+    let deadline = std::time::Instant::now() + LONG;
+    let message = loop {
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(e))
+                if e.message.contains("cannot create resource")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break refusal(other),
+        }
+    };
+    assert!(message.contains("would run outside the queue"), "{message}");
+
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
+            "template": { "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{ "name": "main", "image": "busybox",
+                    "resources": { "requests": { "cpu": "4" } } }] } } } }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("edit may create a Deployment");
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(admin.clone(), &ns);
+    fixtures::eventually(LONG, || async {
+        Ok(replica_sets
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|rs| {
+                rs.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.type_ == "ReplicaFailure"
+                                && c.message
+                                    .as_deref()
+                                    .is_some_and(|m| m.contains("would run outside the queue"))
+                        })
+                    })
+            }))
+    })
+    .await
+    .expect("the ReplicaSet's pod is refused");
+    assert!(
+        Api::<Pod>::namespaced(admin.clone(), &ns)
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no pod of the Deployment runs"
+    );
+
+    // A Job runs, queued: its pod passes as its child.
+    Api::<Job>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &job("batch", &quota, 1, "1", "300s"),
+        )
+        .await
+        .unwrap();
+    wait_job_unit(&admin, &ns, "batch", &[Running, Dequeued]).await;
+    fixtures::eventually(LONG, || async {
+        Ok(running_pods_of(&admin, &ns, "batch").await == 1)
+    })
+    .await
+    .expect("the released Job's pod runs");
+}

@@ -110,7 +110,7 @@ pub fn decide(
             kind.group, kind.version, kind.kind
         ));
     };
-    if !policy.enables(adapter, &[objects.object.as_ref(), objects.old.as_ref()]) {
+    if !policy.reviews(adapter, &[objects.object.as_ref(), objects.old.as_ref()]) {
         return Verdict::Allow;
     }
     match request.operation {
@@ -148,7 +148,17 @@ fn decide_create(
         Ok(name) => name,
         Err(message) => return Verdict::Deny(message),
     };
-    let queued = hold_and_queue(request, job, adapter, &namespace, &name, view, policy);
+    let queued = if adapter.kind() == &jobs::pod::POD_KIND
+        // Without reviewing every pod, the hooks send pods only from
+        // namespaces that queue them.
+        && !policy.queues_pod(
+            job,
+            !policy.review_pods || view.namespace_queues_pods(&namespace),
+        ) {
+        unqueued_pod(&namespace, &name, view)
+    } else {
+        hold_and_queue(request, job, adapter, &namespace, &name, view, policy)
+    };
     match ownership::claim(adapter, job, &namespace, &name) {
         Ok(None) => queued,
         // A child of a managed job passes only if the claim is proven, and
@@ -169,6 +179,24 @@ fn decide_create(
             adapter.kind().kind
         )),
     }
+}
+
+/// The verdict on a pod of namespace `namespace` that queues no pods and
+/// that is no proven child of a queued job: it would run outside the queue.
+/// Refused, unless the administrator labelled the namespace
+/// `koord-queue/unqueued-pods=allow`.
+fn unqueued_pod(namespace: &str, name: &str, view: &dyn ClusterView) -> Verdict {
+    if view.namespace_allows_unqueued_pods(namespace) {
+        return Verdict::Allow;
+    }
+    Verdict::Deny(format!(
+        "Pod {namespace}/{name} would run outside the queue: namespace {namespace} queues jobs, \
+         and a pod there runs only as a queued job's child (a Deployment's or a bare pod does \
+         not). Run it as a Job; or the administrator labels the namespace {}=true to queue its \
+         pods, or {}=allow to let them run unqueued",
+        keys::QUEUE_PODS_NAMESPACE_LABEL,
+        keys::UNQUEUED_PODS_NAMESPACE_LABEL
+    ))
 }
 
 /// The verdict that holds `job` and queues it as a job of its own.

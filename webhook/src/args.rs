@@ -78,6 +78,15 @@ pub struct Args {
     #[arg(long, env = "KQ_WEBHOOK_ALLOW_SYSTEM_PRIORITY_CLASSES")]
     pub allow_system_priority_classes: bool,
 
+    /// The pod hooks send the pods of every opted-in namespace, not only of
+    /// those that queue pods (the chart's `webhook.reviewPods`): a queued
+    /// job's child passes when proven and counted, a pod is queued where the
+    /// namespace queues pods (`koord-queue/queue-pods=true` and the `pod`
+    /// kind enabled), and any other pod is refused unless the namespace is
+    /// labelled `koord-queue/unqueued-pods=allow`.
+    #[arg(long, env = "KQ_WEBHOOK_REVIEW_PODS")]
+    pub review_pods: bool,
+
     /// CA bundle (PEM) the API server's client certificate must be signed
     /// by (AdmissionConfiguration `kubeConfigFile`). Set: connections without
     /// such a certificate are refused in the TLS handshake. Re-read with the

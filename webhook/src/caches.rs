@@ -146,6 +146,16 @@ impl ClusterView for Caches {
             .cloned()
     }
 
+    fn namespace_queues_pods(&self, ns: &str) -> bool {
+        self.namespace_label(ns, keys::QUEUE_PODS_NAMESPACE_LABEL)
+            .is_some_and(|v| v == "true")
+    }
+
+    fn namespace_allows_unqueued_pods(&self, ns: &str) -> bool {
+        self.namespace_label(ns, keys::UNQUEUED_PODS_NAMESPACE_LABEL)
+            .is_some_and(|v| v == "allow")
+    }
+
     fn namespace_priority_classes(&self, ns: &str) -> Option<Vec<String>> {
         priority_classes(
             self.namespaces
@@ -231,6 +241,18 @@ impl ClusterView for Caches {
             })
             .collect();
         defaults
+    }
+}
+
+impl Caches {
+    fn namespace_label(&self, ns: &str, key: &str) -> Option<String> {
+        self.namespaces
+            .get(&ObjectRef::new(ns))?
+            .metadata
+            .labels
+            .as_ref()?
+            .get(key)
+            .cloned()
     }
 }
 

@@ -24,6 +24,11 @@ pub struct Policy {
     pub allow_cross_namespace_quota: bool,
     /// Whether queued jobs may name the `system-…` PriorityClasses.
     pub allow_system_priority_classes: bool,
+    /// Whether the pods of every opted-in namespace are reviewed (the
+    /// chart's `webhook.reviewPods`), not only where pods are queued: a
+    /// queued job's child passes when proven, any other pod is queued where
+    /// the namespace queues pods and refused elsewhere (docs/security.md).
+    pub review_pods: bool,
 }
 
 impl Policy {
@@ -45,6 +50,25 @@ impl Policy {
                         .and_then(|l| l.get(pod_group::LWS_NAME_LABEL))
                         .is_some()
                 }))
+    }
+
+    /// Whether the webhook judges objects of `adapter`'s kind like
+    /// `objects`: the kinds it queues, and Pods when it reviews every pod.
+    pub fn reviews(&self, adapter: &dyn JobAdapter, objects: &[Option<&Value>]) -> bool {
+        self.enables(adapter, objects) || (adapter.kind() == &POD_KIND && self.review_pods)
+    }
+
+    /// Whether a pod like `pod` is queued in namespace `ns` (labels `labels`
+    /// of the namespace as `queues_pods`): a LeaderWorkerSet's wherever the
+    /// `lws` extension is on, any other where the `pod` extension is on and
+    /// the namespace is labelled `koord-queue/queue-pods=true`.
+    pub fn queues_pod(&self, pod: &Value, namespace_queues_pods: bool) -> bool {
+        (self.is_enabled(POD_KIND.extension) && namespace_queues_pods)
+            || (self.is_enabled(jobs::registry::LWS_EXTENSION)
+                && pod
+                    .pointer("/metadata/labels")
+                    .and_then(|l| l.get(pod_group::LWS_NAME_LABEL))
+                    .is_some())
     }
 
     /// Whether `request` was made by the scheduler.

@@ -731,6 +731,12 @@ impl ClusterView for FreshView<'_> {
     fn namespace_priority_classes(&self, ns: &str) -> Option<Vec<String>> {
         self.inner.namespace_priority_classes(ns)
     }
+    fn namespace_queues_pods(&self, ns: &str) -> bool {
+        self.inner.namespace_queues_pods(ns)
+    }
+    fn namespace_allows_unqueued_pods(&self, ns: &str) -> bool {
+        self.inner.namespace_allows_unqueued_pods(ns)
+    }
     fn quota(&self, name: &str) -> Option<QuotaInfo> {
         match &self.quota {
             Some(q) if q.name == name => Some(q.clone()),

@@ -231,7 +231,7 @@ pub(crate) fn decide_subresource(
         // as any update of it (a queued pod's size is fixed).
         let kind = &request.kind;
         return match jobs::for_kind(&kind.group, &kind.kind) {
-            Some(adapter) if policy.is_enabled(adapter.kind().extension) => {
+            Some(adapter) if policy.reviews(adapter, &[objects.object.as_ref()]) => {
                 decide_update(request, objects, adapter, policy)
             }
             _ => Verdict::Allow,

@@ -35,6 +35,16 @@ pub trait ClusterView: Send + Sync {
     fn knows_namespace(&self, ns: &str) -> bool;
     /// The `koord-queue/default-queue` annotation of namespace `ns`, if any.
     fn namespace_default_queue(&self, ns: &str) -> Option<String>;
+    /// Whether namespace `ns` queues its pods (label
+    /// `koord-queue/queue-pods=true`).
+    fn namespace_queues_pods(&self, _ns: &str) -> bool {
+        false
+    }
+    /// Whether namespace `ns` lets pods run unqueued (label
+    /// `koord-queue/unqueued-pods=allow`).
+    fn namespace_allows_unqueued_pods(&self, _ns: &str) -> bool {
+        false
+    }
     /// The PriorityClasses the jobs of namespace `ns` may name (its
     /// `koord-queue/priority-classes` annotation); `None`: any allowed.
     fn namespace_priority_classes(&self, _ns: &str) -> Option<Vec<String>> {

@@ -245,6 +245,7 @@ pub fn webhook(view: FixedView, api: Arc<MemoryApi>) -> Arc<Webhook> {
             scheduler_groups: vec![],
             allow_cross_namespace_quota: false,
             allow_system_priority_classes: false,
+            review_pods: false,
         },
         view,
         api,
