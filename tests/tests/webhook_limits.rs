@@ -558,11 +558,11 @@ async fn one_namespace_holding_its_backlog_share_does_not_refuse_another_namespa
     assert_eq!(
         metrics::sample(
             &text,
-            "koord_queue_webhook_queue_unit_backlog_refusals_total",
+            "koord_queue_webhook_unit_backlog_refusals_total",
             &[("reason", "namespace-share")]
         ),
         Some(1.0),
         "{text}"
     );
-    assert!(metrics::sum_of(&text, "koord_queue_webhook_queue_unit_backlog_namespaces") >= 2.0);
+    assert!(metrics::sum_of(&text, "koord_queue_webhook_unit_backlog_namespaces") >= 2.0);
 }

@@ -163,12 +163,12 @@ impl Metrics {
             metrics.reviews_too_large.clone(),
         );
         registry.register(
-            "queue_unit_backlog_refusals",
+            "unit_backlog_refusals",
             "Jobs refused because the QueueUnit backlog had no room: their namespace held its share (namespace-share) or the backlog was full (backlog-full)",
             metrics.unit_backlog_refusals.clone(),
         );
         registry.register(
-            "queue_unit_backlog_namespaces",
+            "unit_backlog_namespaces",
             "Namespaces with QueueUnits in the backlog",
             metrics.unit_backlog_namespaces.clone(),
         );
