@@ -194,8 +194,21 @@ async fn mutate(State(state): State<RouterState>, request: Request) -> Response 
         }
         Ok(Ok(bytes)) => bytes,
     };
-    if let Err(refusal) = state.budget.charge_shape(&mut charge, &bytes) {
-        return refused(&state, refusal, bytes.len(), timeout);
+    match state.budget.charge_shape(&mut charge, &bytes) {
+        Ok(()) => {}
+        // Not waited for (see `charge_shape`): the rest of the budget is
+        // taken right now.
+        Err(Refusal::Busy) => {
+            state.webhook.metrics.reviews_shed_bytes.inc();
+            return busy(format!(
+                "Koord-Queue's webhook is deciding other large admission reviews: this body of {} bytes \
+                 (many small JSON values) needs {} bytes of its budget of {}, and they are taken; retry",
+                bytes.len(),
+                review_budget::charge_for(&bytes),
+                state.budget.total()
+            ));
+        }
+        Err(refusal) => return refused(&state, refusal, bytes.len(), timeout),
     }
     let (status, body) = state.webhook.review(&bytes).await;
     drop(bytes);
