@@ -239,16 +239,35 @@ fn the_webhook_configuration_is_as_designed() {
         config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "koord-queue/koord-queue-webhook"
     );
-    let hooks = config["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 2, "creates, and updates not by the scheduler");
-    let names: Vec<_> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    let all_hooks = config["webhooks"].as_array().unwrap();
+    let names: Vec<_> = all_hooks
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
     assert_eq!(
         names,
         [
             "jobs.koord-queue.x-k8s.io",
-            "job-updates.koord-queue.x-k8s.io"
-        ]
+            "job-updates.koord-queue.x-k8s.io",
+            "pods.koord-queue.x-k8s.io",
+            "pod-updates.koord-queue.x-k8s.io"
+        ],
+        "creates, and updates not by the scheduler, of jobs; and of pods, which every \
+         opted-in namespace sends (webhook.reviewPods), whatever kinds are queued"
     );
+    for hook in &all_hooks[2..] {
+        assert!(selects(
+            &hook["namespaceSelector"],
+            &namespace_labels("team-a", true)
+        ));
+        assert!(!selects(
+            &hook["namespaceSelector"],
+            &namespace_labels("team-a", false)
+        ));
+    }
+    let webhook = find(&docs, "Deployment", "koord-queue-webhook");
+    assert!(args_of(webhook).contains(&"--review-pods".to_string()));
+    let hooks = &all_hooks[..2];
     for (hook, operation) in hooks.iter().zip(["CREATE", "UPDATE"]) {
         assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
         assert_eq!(hook["sideEffects"], "NoneOnDryRun");
@@ -349,9 +368,26 @@ fn every_enabled_kind_gets_a_rule_the_scheduler_rbac_and_the_flags() {
             "pod-updates.koord-queue.x-k8s.io"
         ]
     );
-    // Pods have hooks of their own, selecting only the namespaces that
-    // queue pods: a namespace queueing jobs sends no review per pod.
+    // Pods have hooks of their own, selecting every opted-in namespace
+    // (webhook.reviewPods); without it only the namespaces that queue pods,
+    // so that a namespace queueing jobs sends no review per pod.
     for hook in &hooks[2..] {
+        let sel = &hook["namespaceSelector"];
+        assert!(
+            selects(sel, &namespace_labels("team-a", true)),
+            "{}",
+            hook["name"]
+        );
+    }
+    let mut without = all.clone();
+    without.extend(["--set", "webhook.reviewPods=false"]);
+    let docs_without = render(&without);
+    let hooks_without = &find(
+        &docs_without,
+        "MutatingWebhookConfiguration",
+        "koord-queue-webhook",
+    )["webhooks"];
+    for hook in &hooks_without.as_array().unwrap()[2..] {
         let sel = &hook["namespaceSelector"];
         let mut labels = namespace_labels("team-a", true);
         assert!(!selects(sel, &labels), "{}", hook["name"]);
@@ -946,9 +982,15 @@ fn neither_component_may_read_secrets_and_the_webhook_cannot_change_jobs() {
         .collect();
     for rule in webhook["rules"].as_array().unwrap() {
         for r in rule["resources"].as_array().unwrap() {
-            // It reads jobs back (a review proves nothing), never changes them.
+            // It reads jobs back (a review proves nothing) and counts the
+            // pods a unit pays for; it never changes them.
+            let reads = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v == "get" || v == "list");
             assert!(
-                !job_resources.contains(&r.as_str().unwrap()) || rule["verbs"] == json!(["get"]),
+                !job_resources.contains(&r.as_str().unwrap()) || reads,
                 "webhook may change jobs: {rule}"
             );
         }
