@@ -287,6 +287,7 @@ async fn a_stale_leaders_release_fails_at_the_api_server() {
         attempts: Some(1),
         phase: Dequeued,
         checks: None,
+        guard: false,
         message: "released by a stale leader".into(),
     });
     let written = tokio::time::timeout(LONG, done_rx.recv())
