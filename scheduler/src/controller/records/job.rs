@@ -172,8 +172,11 @@ pub struct PodRecord {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// Uid of the job it runs for: its controller owner reference, else
-    /// (an orphaned Job pod) the Job uid its labels name.
+    /// Uid of the job whose unit pays for it: the queued job the webhook
+    /// charged it to (`koord-queue/charged-to`, on every proven child pod,
+    /// however deep: a JobSet's Jobs' pods are charged to the JobSet), else
+    /// its controller owner, else (an orphaned Job pod) the Job uid its
+    /// labels name.
     pub job_uid: String,
     /// `PodScheduled=True`.
     pub scheduled: bool,
@@ -189,21 +192,19 @@ pub struct PodRecord {
 
 impl PodRecord {
     /// The record of `pod`, or `None` for a pod that runs for no job: one
-    /// without a controller owner and without a Job's uid label.
+    /// charged to none, without a controller owner and without a Job's uid
+    /// label.
     pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Self> {
-        let job_uid = pod
-            .owner_references()
-            .iter()
-            .find(|r| r.controller == Some(true))
-            .map(|r| r.uid.clone())
+        let labels = pod.labels();
+        let label = |key: &str| labels.get(key).filter(|uid| !uid.is_empty()).cloned();
+        let job_uid = label(keys::CHARGED_TO_LABEL)
             .or_else(|| {
-                let labels = pod.labels();
-                JOB_UID_LABELS
+                pod.owner_references()
                     .iter()
-                    .find_map(|l| labels.get(*l))
-                    .filter(|uid| !uid.is_empty())
-                    .cloned()
-            })?;
+                    .find(|r| r.controller == Some(true))
+                    .map(|r| r.uid.clone())
+            })
+            .or_else(|| JOB_UID_LABELS.iter().find_map(|l| label(l)))?;
         let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
         let scheduled = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
         Some(Self {

@@ -238,6 +238,16 @@ mod tests {
             "labels": { "batch.kubernetes.io/controller-uid": "uid-j" },
         }));
         assert!(PodRecord::from_pod(&terminating).unwrap().alive);
+        // A child's pod (a JobSet's Job's) is charged by the webhook to the
+        // queued job that pays for it, whatever its owner.
+        let charged = pod(serde_json::json!({
+            "name": "p", "namespace": "ns",
+            "labels": { keys::CHARGED_TO_LABEL: "uid-jobset",
+                        "batch.kubernetes.io/controller-uid": "uid-child-job" },
+            "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job", "name": "js-w-0",
+                                  "uid": "uid-child-job", "controller": true }],
+        }));
+        assert_eq!(PodRecord::from_pod(&charged).unwrap().job_uid, "uid-jobset");
         // A pod that runs for no job.
         let plain = pod(serde_json::json!({ "name": "p", "namespace": "ns" }));
         assert!(PodRecord::from_pod(&plain).is_none());

@@ -252,3 +252,47 @@ fn a_preempted_unit_keeps_its_quota_until_its_pods_are_gone() {
     s.cycle();
     assert_eq!(writes_of(&s.take(), "hero"), ["Release Dequeued"]);
 }
+
+#[test]
+fn a_finished_jobs_childrens_pods_hold_its_quota_until_they_are_gone() {
+    // A JobSet's Jobs' pods: owned by the child Jobs, charged by the
+    // webhook to the queued JobSet (the unit's job, uid-j).
+    let mut s = Scenario::new(json!({}));
+    let child_pod = |alive| {
+        Input::Pod(Change::Applied(Box::new(
+            PodRecord::from_pod(
+                &serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": { "name": "js-w-0-abc", "namespace": "ns",
+                        "labels": { keys::CHARGED_TO_LABEL: "uid-j" },
+                        "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job",
+                            "name": "js-w-0", "uid": "uid-child", "controller": true }] },
+                    "spec": { "containers": [] },
+                    "status": { "phase": if alive { "Running" } else { "Succeeded" } },
+                }))
+                .unwrap(),
+            )
+            .unwrap(),
+        )))
+    };
+    s.input(child_pod(true));
+    s.job(
+        false,
+        json!({ "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
+    unit_u(&mut s, running(), true, true, false);
+    waiting_unit(&mut s, "w", "w", "4");
+    s.cycle();
+    let writes = s.take();
+    assert_eq!(
+        writes_of(&writes, "u"),
+        Vec::<String>::new(),
+        "waits for the pod"
+    );
+    assert_eq!(writes_of(&writes, "w"), Vec::<String>::new());
+    assert_eq!(used(&s), 2000);
+    s.input(child_pod(false));
+    assert_eq!(writes_of(&s.take(), "u"), ["Phase Succeed"]);
+    s.cycle();
+    assert_eq!(writes_of(&s.take(), "w"), ["Release Dequeued"]);
+}
