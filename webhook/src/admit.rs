@@ -53,6 +53,17 @@ pub enum Verdict {
         /// The verdict when it is not proven.
         fallback: Box<Verdict>,
     },
+    /// An update removing a child's controller reference: allowed when the
+    /// owner is gone or being deleted with the `orphan` finalizer (the
+    /// garbage collector orphaning it), refused otherwise.
+    CheckOrphaning {
+        /// The owner the reference named.
+        owner: Box<ownership::OwnerRef>,
+        /// Namespace of both.
+        namespace: String,
+        /// The child, for messages.
+        child: String,
+    },
     /// A `/scale` update that adds replicas: refused when the object is
     /// queued or a managed job's child (read by the caller).
     CheckScale {

@@ -587,6 +587,29 @@ impl Webhook {
                     "error",
                 ),
             },
+            Verdict::CheckOrphaning {
+                owner,
+                namespace,
+                child,
+            } => {
+                let kind = owner.adapter.kind();
+                match self.api.get_job(kind, &namespace, &owner.name).await {
+                    Ok(Some(o)) if orphans(&o, &owner.uid) => (allow, "allowed"),
+                    Ok(None) => (allow, "allowed"),
+                    Ok(Some(_)) => (
+                        allow.deny(format!(
+                            "{child}: its controller reference cannot be removed while {} {namespace}/{} \
+                             lives: the child runs on its owner's quota",
+                            kind.kind, owner.name
+                        )),
+                        "denied",
+                    ),
+                    Err(e) => (
+                        allow.deny(format!("cannot read {} {namespace}/{}: {e}", kind.kind, owner.name)),
+                        "error",
+                    ),
+                }
+            }
             Verdict::CheckScale {
                 adapter,
                 namespace,
@@ -672,6 +695,18 @@ fn holds_quota_now(unit: &QueueUnit) -> bool {
         .as_ref()
         .and_then(|s| s.phase)
         .is_some_and(|p| p.is_released())
+}
+
+/// Whether `owner` (read now) lets the garbage collector orphan its children
+/// of owner uid `uid`: it is another object of that name (the one they named
+/// is gone), or it is being deleted with the `orphan` finalizer.
+fn orphans(owner: &Value, uid: &str) -> bool {
+    let meta = |key: &str| owner.pointer(&format!("/metadata/{key}"));
+    meta("uid").and_then(Value::as_str) != Some(uid)
+        || (meta("deletionTimestamp").is_some_and(|t| !t.is_null())
+            && meta("finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| f.iter().any(|f| f == "orphan")))
 }
 
 /// Whether `unit` is the unit of job `job` (a pod group's unit names the

@@ -43,11 +43,23 @@ pub(crate) fn decide_update(
     let what = format!("{} {namespace}/{}", adapter.kind().kind, request.name);
     let unit = jobs::annotation(old, keys::QUEUE_UNIT_ANNOTATION);
     let owner = ownership::managed_controller(old);
-    if unit.is_none() && owner.is_none() {
+    // A child the garbage collector orphaned still ran on its unit: it
+    // stays judged as a child (no growth, no lifted hold).
+    let charged =
+        jobs::json::get_path(old, &["metadata", "labels", keys::CHARGED_TO_LABEL]).is_some();
+    if unit.is_none() && owner.is_none() && !charged {
         // Not queued by Koord-Queue (created before the namespace opted in).
         return Verdict::Allow;
     }
-    if let Some(refusal) = changed_admission(old, new, unit.is_some()) {
+    // The garbage collector orphans a deleted owner's children by removing
+    // their controller reference: allowed once the owner is going with the
+    // `orphan` finalizer, or gone (read by the caller).
+    let orphaning = unit.is_none()
+        && ownership::managed_controller(new).is_none()
+        && owner.is_some()
+        && changed_admission(old, new, false).is_some_and(|r| r == CONTROLLER_CHANGED)
+        && changed_admission(&without_owners(old), &without_owners(new), false).is_none();
+    if !orphaning && let Some(refusal) = changed_admission(old, new, unit.is_some()) {
         return Verdict::Deny(format!("{what}: {refusal}"));
     }
     match guard::update_growth(adapter, old, new) {
@@ -70,7 +82,14 @@ pub(crate) fn decide_update(
         ));
     }
     if !guard::loosens_hold(adapter, old, new) {
-        return Verdict::Allow;
+        return match (orphaning, owner) {
+            (true, Some(owner)) => Verdict::CheckOrphaning {
+                owner: Box::new(owner),
+                namespace,
+                child: what,
+            },
+            _ => Verdict::Allow,
+        };
     }
     if unit.is_some() && jobs::pod_group::membership(old).is_some() {
         // Its unit may hold quota while the member may not run: the gang
@@ -96,8 +115,25 @@ pub(crate) fn decide_update(
             Ok(None) => Verdict::Deny(format!("{what} stays held")),
             Err(e) => Verdict::Deny(format!("{what} cannot be read: {e}")),
         },
-        (None, None) => Verdict::Allow,
+        (None, None) => Verdict::Deny(format!(
+            "{what} stays held: it was a queued job's child, and no longer has an owner whose \
+             unit could hold quota for it"
+        )),
     }
+}
+
+/// The refusal of a changed controller reference (see [`changed_admission`]).
+const CONTROLLER_CHANGED: &str = "the controller reference of a managed job's child cannot be \
+     changed or removed: the child runs on its owner's quota";
+
+/// `object` without its ownerReferences, to compare what else an update
+/// changes.
+fn without_owners(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("ownerReferences");
+    }
+    object
 }
 
 fn finished(state: JobState) -> bool {
@@ -182,11 +218,7 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
         ownership::managed_controller(job).map(|o| (o.adapter.kind().kind, o.name, o.uid))
     };
     if !queued && controller(old) != controller(new) {
-        return Some(
-            "the controller reference of a managed job's child cannot be changed or removed: \
-             the child runs on its owner's quota"
-                .into(),
-        );
+        return Some(CONTROLLER_CHANGED.into());
     }
     if !queued && crate::children::own_keys_of(old) != crate::children::own_keys_of(new) {
         return Some(format!(
