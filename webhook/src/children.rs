@@ -145,6 +145,39 @@ pub(crate) fn fits_sets(
     Ok(())
 }
 
+/// Whether `running` and `new` together stay within `amount`, for a unit
+/// whose pod sets are an amount rather than pods (a Workflow's stated
+/// `koord-queue/min-resources`: Argo makes its pods step by step, in
+/// parallel where its template says). Else why not.
+pub(crate) fn fits_amount(
+    amount: &Resources,
+    running: &[Resources],
+    new: &Resources,
+) -> Result<(), String> {
+    let mut asked = new.clone();
+    for pod in running {
+        asked.add(pod);
+    }
+    if koord_queue_api::jobs::guard::exceeds(&asked, amount).is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "its unit holds {amount} and the {} pods running on it ask, with this one, {asked}",
+        running.len()
+    ))
+}
+
+/// Whether the unit's pod sets say nothing of its pods (templates without
+/// containers): it is then an amount ([`fits_amount`]).
+pub(crate) fn sized_as_amount(unit: &koord_queue_api::QueueUnit) -> bool {
+    unit.spec.pod_set.iter().any(|set| {
+        set.template
+            .spec
+            .as_ref()
+            .is_none_or(|spec| spec.containers.is_empty())
+    })
+}
+
 fn describe(sets: &[SetLimit]) -> String {
     sets.iter()
         .map(|s| format!("{} x {} {}", s.count, s.role, s.per_pod))
@@ -298,6 +331,23 @@ mod tests {
         assert_eq!(job["metadata"], json!({ "annotations": {} }));
         assert!(own_keys_of(&job).is_empty());
         assert_eq!(own_keys_of(&pod).len(), 2);
+    }
+
+    #[test]
+    fn a_workflows_pods_share_its_amount() {
+        let amount = res(4000);
+        assert!(fits_amount(&amount, &[res(1000), res(2000)], &res(1000)).is_ok());
+        let refused = fits_amount(&amount, &[res(2000), res(2000)], &res(500)).unwrap_err();
+        assert!(
+            refused.contains("the 2 pods running on it ask"),
+            "{refused}"
+        );
+        let mut unit = koord_queue_api::QueueUnit::new("wf", Default::default());
+        unit.spec.pod_set = vec![
+            serde_json::from_value(json!({ "name": "workflow", "count": 1, "template": {} }))
+                .unwrap(),
+        ];
+        assert!(sized_as_amount(&unit));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use koord_queue_api::jobs::pod::POD_KIND;
 use koord_queue_api::jobs::pod_defaults::{self, PodDefaults};
 use koord_queue_api::jobs::pod_group;
-use koord_queue_api::{QueueUnit, keys};
+use koord_queue_api::{QueueUnit, ResourceListExt as _, keys};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
@@ -305,9 +305,14 @@ impl Webhook {
             let running = self
                 .children
                 .running(&proof.charged_to, &pods, &request.name, now);
-            if let Err(why) =
+            let fits = if children::sized_as_amount(unit) {
+                let amount =
+                    koord_queue_api::Resources::from_list(&unit.spec.resource).unwrap_or_default();
+                children::fits_amount(&amount, &running, &claim.size)
+            } else {
                 children::fits_sets(&pod_group::set_limits(unit), &running, &claim.size)
-            {
+            };
+            if let Err(why) = fits {
                 let unit_name = unit.metadata.name.as_deref().unwrap_or_default();
                 return (
                     allow.deny(format!(
