@@ -317,7 +317,9 @@ async fn a_stale_leaders_release_fails_at_the_api_server() {
 
 /// A released job's unit deleted while no scheduler runs is found at
 /// startup: the job is held again (it would run unqueued), its quota is not
-/// counted, and an Event on the job says why.
+/// counted once its pods are gone, and an Event on the job says why. (The
+/// released unit carries the quota finalizer, so the new scheduler finds it
+/// deleting — "QueueUnitDeleted"; a unit gone for good is "QueueUnitMissing".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_deleted_while_no_scheduler_runs_is_found_at_startup() {
     use k8s_openapi::api::events::v1::Event;
@@ -370,10 +372,15 @@ async fn a_unit_deleted_while_no_scheduler_runs_is_found_at_startup() {
             .await?
             .items
             .iter()
-            .any(|e| e.reason.as_deref() == Some("QueueUnitMissing")))
+            .any(|e| {
+                matches!(
+                    e.reason.as_deref(),
+                    Some("QueueUnitDeleted" | "QueueUnitMissing")
+                )
+            }))
     })
     .await
-    .expect("an Event says the unit is missing");
+    .expect("an Event says the unit is deleted or missing");
     metrics::wait_scheduler_quota_used(second.admin_addr, "fs", "cpu", 0.0, LONG)
         .await
         .unwrap();
