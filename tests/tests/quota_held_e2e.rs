@@ -198,6 +198,25 @@ async fn let_go(admin: &kube::Client, ns: &str, uid: &str) {
 #[tokio::test]
 async fn an_orphaning_delete_keeps_the_quota_until_the_orphaned_pods_are_gone() {
     let (cp, replica) = setup().await;
+    orphaning_delete(cp, Some(replica), &DeleteParams::orphan()).await;
+}
+
+/// A batch/v1 Job deleted through the API without a propagation policy is
+/// orphan-propagated (the Job kind's default): the same as
+/// `--cascade=orphan`.
+#[tokio::test]
+async fn a_job_deleted_through_the_api_without_a_policy_keeps_the_quota_too() {
+    let (cp, _) = setup().await;
+    orphaning_delete(cp, None, &DeleteParams::default()).await;
+}
+
+/// A tenant deletes its running job `hog` with `params`, which orphan its
+/// pods; `restart` (the binary's scheduler) is restarted while they run.
+async fn orphaning_delete(
+    cp: &ControlPlane,
+    restart: Option<&Mutex<SchedulerReplica>>,
+    params: &DeleteParams,
+) {
     let admin = cp.client().await.unwrap();
     let (quota, ns, tenant) = tenant_with_quota(cp, "orphan", "2").await.unwrap();
     let jobs: Api<Job> = Api::namespaced(tenant.clone(), &ns);
@@ -213,7 +232,7 @@ async fn an_orphaning_delete_keeps_the_quota_until_the_orphaned_pods_are_gone() 
         .await
         .unwrap();
 
-    jobs.delete("hog", &DeleteParams::orphan()).await.unwrap();
+    jobs.delete("hog", params).await.unwrap();
     // The delete took effect: hog is gone (its pods orphaned) or deleting.
     let hog_deleted = || async {
         Ok(jobs
@@ -239,12 +258,14 @@ async fn an_orphaning_delete_keeps_the_quota_until_the_orphaned_pods_are_gone() 
         waiting,
     )
     .await;
-    restart_scheduler(cp, replica).await;
-    holds_for(
-        "next waits and hog's unit holds the quota while its orphaned pods run, after a restart",
-        waiting,
-    )
-    .await;
+    if let Some(replica) = restart {
+        restart_scheduler(cp, replica).await;
+        holds_for(
+            "next waits and hog's unit holds the quota while its orphaned pods run, after a restart",
+            waiting,
+        )
+        .await;
+    }
 
     // An admin ends hog's pods (and hog, should it still be deleting, with
     // its pods): hog's unit goes, next runs.
