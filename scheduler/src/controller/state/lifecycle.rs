@@ -20,12 +20,12 @@ impl Controller {
         if let Some(group) = job.and_then(group_of) {
             st.pod_group = Some(group);
         }
-        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
-        let pods_alive = pods_alive(
+        let pods_alive = unit_pods_alive(
             &self.pods,
             &self.pod_groups,
-            st.rec.job_uids().chain(job.map(|j| j.uid.as_str())),
-            group.as_ref(),
+            &st.rec,
+            st.pod_group.as_ref(),
+            job,
         );
         let job_finished = job.is_some_and(|j| finished(j.state));
         // A Running phase still waiting for a slot is moot once the job has

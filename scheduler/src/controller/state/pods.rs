@@ -151,16 +151,15 @@ impl Controller {
         }
     }
 
-    /// Whether a pod that unit `st` paid for is alive: its job's (by the
-    /// uids the unit records, and by its job's uid when the job is seen) or
-    /// its job's pod group's.
+    /// Whether a pod that unit `st` paid for is alive (see
+    /// [`unit_pods_alive`]).
     pub(super) fn unit_pods_alive(&self, st: &UnitState, job: Option<&JobRecord>) -> bool {
-        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
-        pods_alive(
+        unit_pods_alive(
             &self.pods,
             &self.pod_groups,
-            st.rec.job_uids().chain(job.map(|j| j.uid.as_str())),
-            group.as_ref(),
+            &st.rec,
+            st.pod_group.as_ref(),
+            job,
         )
     }
 
@@ -220,6 +219,25 @@ pub(super) fn group_of(job: &JobRecord) -> Option<PodGroup> {
     job.pod_group
         .as_ref()
         .map(|(label, value)| (job.namespace.to_string(), *label, value.clone()))
+}
+
+/// Whether a pod that unit `rec` paid for is alive: its job's (by the uids
+/// the unit records, and by its job's uid when the job is seen) or its
+/// job's pod group's (`remembered` once the job is gone).
+pub(super) fn unit_pods_alive(
+    pods: &HashMap<String, HashMap<String, PodRecord>>,
+    groups: &HashMap<PodGroup, usize>,
+    rec: &UnitRecord,
+    remembered: Option<&PodGroup>,
+    job: Option<&JobRecord>,
+) -> bool {
+    let group = job.and_then(group_of);
+    pods_alive(
+        pods,
+        groups,
+        rec.job_uids().chain(job.map(|j| j.uid.as_str())),
+        group.as_ref().or(remembered),
+    )
 }
 
 /// Whether a pod runs for one of `job_uids` or in `group`, given the pods

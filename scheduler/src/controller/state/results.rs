@@ -129,7 +129,16 @@ impl Controller {
                     self.retry.insert(k.clone());
                 }
             }
-            Write::ReleaseMembers { .. } | Write::RemoveFinalizer { .. } => {
+            Write::RemoveFinalizer { .. } => {
+                st.awaiting = false;
+                if ok_rv.is_some() {
+                    // Not taken off again before the watch shows it gone.
+                    st.rec.guarded = false;
+                } else {
+                    self.retry.insert(k.clone());
+                }
+            }
+            Write::ReleaseMembers { .. } => {
                 st.awaiting = false;
                 if ok_rv.is_none() {
                     self.retry.insert(k.clone());

@@ -178,6 +178,7 @@ fn a_unit_deleted_after_its_job_keeps_the_quota_by_its_finalizer() {
     s.input(pod_gone("p2"));
     assert_eq!(writes_of(&s.take(), "u"), ["remove_finalizer"]);
     assert_eq!(used(&s), 0);
+    assert_eq!(summary(&s.take()), Vec::<String>::new(), "taken off once");
     s.input(Input::Unit(Change::Deleted("ns".into(), "u".into())));
     s.cycle();
     assert_eq!(writes_of(&s.take(), "w"), ["Release Dequeued"]);
