@@ -92,8 +92,12 @@ async fn ca_bundle_of(client: &kube::Client, config: &str) -> Option<String> {
                 .map(|b| String::from_utf8(b.0.clone()).unwrap())
         })
         .collect();
-    assert_eq!(bundles.len(), 2);
-    assert_eq!(bundles[0], bundles[1], "one bundle for both webhooks");
+    // Jobs' and pods' creates and updates (webhook.reviewPods).
+    assert_eq!(bundles.len(), 4);
+    assert!(
+        bundles.iter().all(|b| *b == bundles[0]),
+        "one bundle for every webhook"
+    );
     bundles[0].clone()
 }
 
@@ -170,7 +174,10 @@ async fn the_bootstrap_makes_a_working_webhook_and_rotations_keep_it_working() {
         .await
         .unwrap();
     assert!(matches!(report.change, Change::Created(_)), "{report:?}");
-    assert_eq!(report.patched_webhooks, 2);
+    assert_eq!(
+        report.patched_webhooks, 4,
+        "jobs' and pods' creates and updates"
+    );
     let (bundle, stored) = secret_data(&admin, &secret).await;
     assert_eq!(stored.type_.as_deref(), Some("kubernetes.io/tls"));
     let keys: Vec<_> = stored.data.as_ref().unwrap().keys().cloned().collect();

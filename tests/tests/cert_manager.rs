@@ -79,7 +79,7 @@ async fn secret_files(client: &kube::Client) -> Option<[Vec<u8>; 3]> {
     Some([get("tls.crt")?, get("tls.key")?, get("ca.crt")?])
 }
 
-/// The caBundle of both webhooks of the chart's configuration (equal, or None).
+/// The caBundle of every webhook of the chart's configuration (equal, or None).
 async fn injected_bundle(client: &kube::Client) -> Option<Vec<u8>> {
     let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get(CONFIGURATION)
@@ -91,8 +91,9 @@ async fn injected_bundle(client: &kube::Client) -> Option<Vec<u8>> {
         .iter()
         .map(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()))
         .collect();
-    assert_eq!(bundles.len(), 2);
-    if bundles[0] != bundles[1] {
+    // Jobs' and pods' creates and updates (webhook.reviewPods).
+    assert_eq!(bundles.len(), 4);
+    if bundles.iter().any(|b| *b != bundles[0]) {
         return None;
     }
     bundles[0].clone()

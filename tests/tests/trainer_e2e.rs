@@ -119,9 +119,35 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
         let (admin, kind, ns) = (&admin, &kind, &ns);
         async move { wait_object_phase(admin, kind, ns, name, phases, LONG).await }
     };
-    if let Err(e) = wait("first", &[Running, Dequeued]).await {
-        panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
-    }
+    // Both are created in the same second: the scheduler may release either
+    // first (the first's unit may be stored after the second's). The one
+    // released is the running one; the other is seen waiting.
+    let phase = |name: &'static str| {
+        let (admin, kind, ns) = (&admin, &kind, &ns);
+        async move {
+            unit_of_object(admin, kind, ns, name)
+                .await
+                .unwrap()
+                .and_then(|u| u.status)
+                .and_then(|s| s.phase)
+        }
+    };
+    let deadline = std::time::Instant::now() + LONG;
+    let (first, second) = loop {
+        let released = |p: Option<QueueUnitPhase>| matches!(p, Some(Running | Dequeued));
+        if released(phase("first").await) {
+            break ("first", "second");
+        }
+        if released(phase("second").await) {
+            break ("second", "first");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither TrainJob released\n{}",
+            logs(&trainer, &jobset_controller)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let unit = |name: &'static str| {
         let (admin, kind, ns) = (&admin, &kind, &ns);
         async move {
@@ -131,10 +157,10 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
                 .expect("a TrainJob's unit")
         }
     };
-    let second = unit("second").await;
-    let reserved = Resources::from_list(&second.spec.resource).unwrap();
+    let waiting = unit(second).await;
+    let reserved = Resources::from_list(&waiting.spec.resource).unwrap();
     assert_eq!(reserved.get("cpu"), 2000, "2 nodes of the TrainJob's 1 CPU");
-    assert_eq!(second.status.and_then(|s| s.phase), Some(Enqueued));
+    assert_eq!(waiting.status.and_then(|s| s.phase), Some(Enqueued));
 
     // The Trainer builds the JobSet, the JobSet controller its Job; the
     // JobSet is its child (no unit of its own) and the pods ask, together,
@@ -145,7 +171,7 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
     );
     let jobsets = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &jobset_kind);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let selector = ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=first");
+    let selector = ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={first}"));
     if let Err(e) = fixtures::eventually(LONG, || async {
         Ok(pods.list(&selector).await?.items.len() == 2)
     })
@@ -156,7 +182,7 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
             logs(&trainer, &jobset_controller)
         );
     }
-    let js = jobsets.get("first").await.unwrap();
+    let js = jobsets.get(first).await.unwrap();
     assert!(
         !js.metadata
             .annotations
@@ -167,19 +193,19 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
     let made = requested_by(&pods.list(&selector).await.unwrap().items).unwrap();
     assert_eq!(
         made,
-        Resources::from_list(&unit("first").await.spec.resource).unwrap(),
+        Resources::from_list(&unit(first).await.spec.resource).unwrap(),
         "the unit reserved what the Trainer's pods ask for"
     );
 
-    if let Err(e) = wait("first", &[Succeed]).await {
+    if let Err(e) = wait(first, &[Succeed]).await {
         panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
     }
     assert!(
-        unit("first").await.status.unwrap().admissions.is_empty(),
+        unit(first).await.status.unwrap().admissions.is_empty(),
         "quota freed"
     );
     // The quota freed, the second runs and completes too.
-    if let Err(e) = wait("second", &[Succeed]).await {
+    if let Err(e) = wait(second, &[Succeed]).await {
         panic!("{e:#}\n{}", logs(&trainer, &jobset_controller));
     }
     trainer.process.check_alive().unwrap();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -29,6 +29,10 @@ pub struct Caches {
     /// Set when the ElasticQuota API is not installed: no quota exists then,
     /// and the cache counts as synced (it fills once the CRD appears).
     quota_api_absent: Arc<AtomicBool>,
+    /// Set while LimitRanges (RuntimeClasses) cannot be listed (403): jobs
+    /// are sized without them meanwhile, and the cache counts as synced.
+    limit_ranges_unreadable: Arc<AtomicBool>,
+    runtime_classes_unreadable: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Caches {
@@ -74,16 +78,29 @@ impl Caches {
             .reflect(writer);
         tokio::spawn(drain("priorityclasses", stream));
 
+        // What the API server adds to pods: a webhook whose RBAC predates
+        // these reads (mid-upgrade, the old chart's Role) still serves,
+        // sizing without them and saying so, until its rights arrive.
+        let limit_ranges_unreadable = Arc::new(AtomicBool::new(false));
+        let runtime_classes_unreadable = Arc::new(AtomicBool::new(false));
         let (limit_ranges, writer) = reflector::store();
         let stream = watcher(Api::<LimitRange>::all(client.clone()), config.clone())
             .default_backoff()
-            .reflect(writer);
+            .reflect(writer)
+            .inspect(unreadable_while_forbidden(
+                "limitranges",
+                limit_ranges_unreadable.clone(),
+            ));
         tokio::spawn(drain("limitranges", stream));
 
         let (runtime_classes, writer) = reflector::store();
         let stream = watcher(Api::<RuntimeClass>::all(client), config)
             .default_backoff()
-            .reflect(writer);
+            .reflect(writer)
+            .inspect(unreadable_while_forbidden(
+                "runtimeclasses",
+                runtime_classes_unreadable.clone(),
+            ));
         tokio::spawn(drain("runtimeclasses", stream));
 
         Self {
@@ -93,6 +110,8 @@ impl Caches {
             limit_ranges,
             runtime_classes,
             quota_api_absent,
+            limit_ranges_unreadable,
+            runtime_classes_unreadable,
         }
     }
 
@@ -100,8 +119,29 @@ impl Caches {
     pub async fn synced(&self) {
         let _ = self.namespaces.wait_until_ready().await;
         let _ = self.priority_classes.wait_until_ready().await;
-        let _ = self.limit_ranges.wait_until_ready().await;
-        let _ = self.runtime_classes.wait_until_ready().await;
+        for (ready, unreadable) in [
+            (
+                self.limit_ranges.wait_until_ready().boxed(),
+                &self.limit_ranges_unreadable,
+            ),
+            (
+                self.runtime_classes.wait_until_ready().boxed(),
+                &self.runtime_classes_unreadable,
+            ),
+        ] {
+            tokio::pin!(ready);
+            loop {
+                if unreadable.load(Ordering::Relaxed) {
+                    break;
+                }
+                if tokio::time::timeout(std::time::Duration::from_millis(200), &mut ready)
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
         loop {
             if self.quota_api_absent.load(Ordering::Relaxed) {
                 return;
@@ -116,6 +156,27 @@ impl Caches {
                 return;
             }
         }
+    }
+}
+
+/// A watch event inspector that sets `flag` while the initial list of
+/// `what` is forbidden (and warns once), and clears it once events come.
+fn unreadable_while_forbidden<T>(
+    what: &'static str,
+    flag: Arc<AtomicBool>,
+) -> impl FnMut(&Result<T, watcher::Error>) {
+    move |event| match event {
+        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 403 => {
+            if !flag.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    cache = what,
+                    "cannot list {what} (forbidden): jobs are sized without what the API server \
+                     adds to their pods until the webhook's ClusterRole allows it"
+                );
+            }
+        }
+        Ok(_) => flag.store(false, Ordering::Relaxed),
+        Err(_) => {}
     }
 }
 

@@ -189,6 +189,20 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
         }
         _ => None,
     };
+    // A finished unit whose pods are gone holds nothing its finalizer
+    // protects: it comes off now, not when the unit is deleted, so that the
+    // unit (and its namespace) can be deleted with no scheduler running —
+    // after an uninstall, say.
+    if step.intent.is_none()
+        && rec.guarded
+        && !v.pods_alive
+        && matches!(
+            phase,
+            Some(QueueUnitPhase::Succeed | QueueUnitPhase::Failed)
+        )
+    {
+        step.intent = Some(Intent::free(Write::RemoveFinalizer { unit: k.clone() }));
+    }
     step.enqueue_after_cycle = step.intent.is_none()
         && rec.phase.is_none()
         && phase == Some(QueueUnitPhase::Enqueued)

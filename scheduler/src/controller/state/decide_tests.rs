@@ -364,6 +364,10 @@ fn quota_is_held_while_pods_it_paid_for_are_alive() {
         rec.guarded = guarded;
         rec
     };
+    let guarded = |mut rec: UnitRecord| {
+        rec.guarded = true;
+        rec
+    };
     let backoff_over = json!({ "phase": "TimeoutBackoff", "requeueState": { "count": 1, "requeueAt": "2025-12-31T23:59:00Z" } });
     type Row = (
         &'static str,
@@ -439,6 +443,26 @@ fn quota_is_held_while_pods_it_paid_for_are_alive() {
             deleting(unit(json!({ "phase": "Running" })), false),
             None,
             false,
+            None,
+        ),
+        (
+            "finished with the finalizer, its pods gone: the finalizer comes off at once",
+            guarded(unit(json!({ "phase": "Succeed" }))),
+            Some(job(
+                false,
+                json!({ "conditions": [{ "type": "Complete", "status": "True" }] }),
+            )),
+            false,
+            Some(("remove_finalizer", Free)),
+        ),
+        (
+            "finished with the finalizer while a pod still terminates: it stays",
+            guarded(unit(json!({ "phase": "Failed" }))),
+            Some(job(
+                false,
+                json!({ "conditions": [{ "type": "Failed", "status": "True" }] }),
+            )),
+            true,
             None,
         ),
         (
