@@ -66,6 +66,12 @@ pub const ADMISSION_ANNOTATION: &str = "koord-queue/admission";
 /// PriorityClasses its jobs may name, comma-separated. Absent: any class but
 /// the cluster's own `system-…` ones.
 pub const PRIORITY_CLASSES_ANNOTATION: &str = "koord-queue/priority-classes";
+/// Finalizer of a QueueUnit while what it paid for may run: the webhook
+/// creates every unit with it, and the scheduler takes it off once the unit
+/// has ended or is being deleted and no pod it paid for is alive — so that a
+/// deleted unit, and the quota it holds, outlive its job's pods, also across
+/// a scheduler restart (docs/reliability.md).
+pub const QUOTA_FINALIZER: &str = "koord-queue/quota-held";
 /// The prefix of Koord-Queue's own labels and annotations. On a managed
 /// job's child they are the webhook's alone: a tenant's are removed at
 /// creation and cannot be added or changed later.

@@ -50,6 +50,10 @@ pub fn build(
             priority,
         },
     )?;
+    // The quota it will hold outlives its job's pods (the scheduler takes
+    // the finalizer off once they are gone): on from the start, a release
+    // costs no write for it.
+    unit.metadata.finalizers = Some(vec![keys::QUOTA_FINALIZER.to_string()]);
     if unit.spec.consumer_ref.kind.as_deref() == Some(jobs::pod_group::GROUP_KIND) {
         // A pod group's unit has no owner (a member's deletion must not
         // take it): it names the group's uid, as adoption would.

@@ -14,7 +14,11 @@ use super::*;
 /// its quota until the pods are gone. A status field would not do: a unit
 /// without a finalizer is gone as soon as it is deleted. Kueue keeps its
 /// Workloads the same way (`kueue.x-k8s.io/resource-in-use`).
-pub const QUOTA_FINALIZER: &str = "koord-queue/quota-held";
+///
+/// The webhook creates units with it (`keys::QUOTA_FINALIZER`), so that a
+/// release costs no write for it; a unit made otherwise (re-created by the
+/// scheduler, or from before) gets it with its release.
+pub use koord_queue_api::keys::QUOTA_FINALIZER;
 
 /// The grace period of a pod whose template does not set one (the API
 /// server's default of `terminationGracePeriodSeconds`).
