@@ -653,3 +653,37 @@ pub fn requested_by(pods: &[k8s_openapi::api::core::v1::Pod]) -> Result<Resource
     }
     Ok(total)
 }
+
+/// Of two objects of `resource` created together (in the same second: the
+/// scheduler may release either first, as the first's unit may be stored
+/// after the second's), the one released first and the other, as
+/// `(released, waiting)`; an error after `timeout` when neither is.
+pub async fn released_first(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: &str,
+    pair: (&'static str, &'static str),
+    timeout: Duration,
+) -> Result<(&'static str, &'static str)> {
+    use koord_queue_api::queue_unit::QueueUnitPhase::{Dequeued, Running};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        for (one, other) in [pair, (pair.1, pair.0)] {
+            let phase = unit_of_object(client, resource, namespace, one)
+                .await?
+                .and_then(|u| u.status)
+                .and_then(|s| s.phase);
+            if matches!(phase, Some(Running | Dequeued)) {
+                return Ok((one, other));
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "neither {} nor {} was released within {timeout:?}",
+                pair.0,
+                pair.1
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -14,7 +14,9 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{requested_by, tenant_with_quota, unit_of_object, wait_object_phase};
+use koord_queue_tests::e2e::{
+    released_first, requested_by, tenant_with_quota, unit_of_object, wait_object_phase,
+};
 use koord_queue_tests::{fixtures, framework, shared};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -86,27 +88,9 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
         }
     };
     // 5 + 5 CPU in 6: one runs, the other waits held.
-    let phase = |name: &'static str| async move {
-        unit_of(name)
-            .await
-            .and_then(|u| u.status)
-            .and_then(|s| s.phase)
-    };
-    let deadline = std::time::Instant::now() + LONG;
-    let (first, second) = loop {
-        let released = |p: Option<QueueUnitPhase>| matches!(p, Some(Running | Dequeued));
-        if released(phase("first").await) {
-            break ("first", "second");
-        }
-        if released(phase("second").await) {
-            break ("second", "first");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "neither JobSet released"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (first, second) = released_first(&admin, &resource, &ns, ("first", "second"), LONG)
+        .await
+        .unwrap();
     let u = unit_of(second).await.unwrap();
     assert_eq!(u.spec.resource["cpu"].0, "5", "every replicated Job's pods");
     assert_eq!(u.status.and_then(|s| s.phase), Some(Enqueued));

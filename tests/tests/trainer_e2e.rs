@@ -16,7 +16,9 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
 use koord_queue_api::resources::{ResourceListExt, Resources};
 use koord_queue_tests::control_plane::RUN_FOR_ANNOTATION;
-use koord_queue_tests::e2e::{requested_by, tenant_with_quota, unit_of_object, wait_object_phase};
+use koord_queue_tests::e2e::{
+    released_first, requested_by, tenant_with_quota, unit_of_object, wait_object_phase,
+};
 use koord_queue_tests::{fixtures, framework, shared};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -119,34 +121,12 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
         let (admin, kind, ns) = (&admin, &kind, &ns);
         async move { wait_object_phase(admin, kind, ns, name, phases, LONG).await }
     };
-    // Both are created in the same second: the scheduler may release either
-    // first (the first's unit may be stored after the second's). The one
-    // released is the running one; the other is seen waiting.
-    let phase = |name: &'static str| {
-        let (admin, kind, ns) = (&admin, &kind, &ns);
-        async move {
-            unit_of_object(admin, kind, ns, name)
-                .await
-                .unwrap()
-                .and_then(|u| u.status)
-                .and_then(|s| s.phase)
-        }
-    };
-    let deadline = std::time::Instant::now() + LONG;
-    let (first, second) = loop {
-        let released = |p: Option<QueueUnitPhase>| matches!(p, Some(Running | Dequeued));
-        if released(phase("first").await) {
-            break ("first", "second");
-        }
-        if released(phase("second").await) {
-            break ("second", "first");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "neither TrainJob released\n{}",
-            logs(&trainer, &jobset_controller)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    // Both are created in the same second: the one released first is the
+    // running one; the other is seen waiting.
+    let (first, second) = match released_first(&admin, &kind, &ns, ("first", "second"), LONG).await
+    {
+        Ok(pair) => pair,
+        Err(e) => panic!("{e:#}\n{}", logs(&trainer, &jobset_controller)),
     };
     let unit = |name: &'static str| {
         let (admin, kind, ns) = (&admin, &kind, &ns);
