@@ -16,6 +16,7 @@ mod metrics;
 mod ownership;
 mod policy;
 mod review_budget;
+mod review_inputs;
 mod server;
 mod service;
 mod size_inputs;
