@@ -2,6 +2,7 @@
 //! change, write result, timer, leadership change) is handled in turn, so the
 //! core and the records never race.
 
+mod backoff;
 mod decide;
 mod failing;
 mod groups;
@@ -9,6 +10,7 @@ mod inputs;
 mod lifecycle;
 mod pods;
 
+use backoff::*;
 use decide::*;
 use failing::*;
 use lifecycle::*;
