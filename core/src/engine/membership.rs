@@ -2,7 +2,20 @@
 //! (membership), starts or stops holding quota (holding), and why it waits.
 //! Each records what it may have made possible (see `engine/mod.rs`).
 
-use super::*;
+use std::collections::HashSet;
+use std::mem;
+use std::sync::Arc;
+
+use koord_queue_model::Resources;
+
+use super::{Core, CoreError};
+use crate::amounts::ResVec;
+use crate::ids::{NsId, QuotaId, UnitId};
+use crate::model::UnitDef;
+use crate::queues::{Dirty, WaitKey};
+use crate::reason::{Blocker, WaitReason};
+use crate::state::ClusterState;
+use crate::units::{Stamp, UnitEntry, UnitState};
 
 /// What a unit held, taken from it to be given back (moved or replaced).
 pub(crate) struct Held {

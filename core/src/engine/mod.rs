@@ -23,18 +23,17 @@ use std::sync::Arc;
 use koord_queue_model::ROOT_QUOTA_NAME;
 use koord_queue_model::Resources;
 
-use super::amounts::ResVec;
 use super::config::{ConfigError, SchedulerConfig};
 use super::framework::Framework;
-use super::ids::{Id, NsId, QueueId, QuotaId, ResId, UnitId};
-use super::model::{CapacitySource, QueueDef, QuotaDef, RootCapacity, UnitDef};
-use super::queues::{Dirty, QueueState, Queues, WaitKey};
+use super::ids::{Id, NsId, QueueId, ResId, UnitId};
+use super::model::{CapacitySource, QueueDef, QuotaDef, RootCapacity};
+use super::queues::{Dirty, QueueState, Queues};
 use super::quota_tree::QuotaChange;
 use super::reason::{Blocker, WaitReason};
 use super::reclaim::state::ReclaimState;
 use super::registry::Registry;
 use super::state::ClusterState;
-use super::units::{Stamp, UnitEntry, UnitState, Units};
+use super::units::{UnitEntry, Units};
 
 /// A call the core cannot carry out.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

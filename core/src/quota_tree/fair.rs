@@ -10,7 +10,9 @@
 //! child with the lowest weighted share first (`cycle.rs`), which fills the
 //! pool in proportion to the weights when every child wants more.
 
-use super::*;
+use super::QuotaTree;
+use crate::amounts::{ResVec, UNLIMITED};
+use crate::ids::{QuotaId, ResId};
 
 /// A weighted dominant share, in millionths of the pool per unit of weight
 /// (fixed point, so that the order of children is the same on every replica).

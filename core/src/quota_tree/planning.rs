@@ -3,7 +3,9 @@
 //! waiting for them, and the waiting demand per scope — so that a plan sees
 //! the state once the reclaims in flight are done (see `reclaim/mod.rs`).
 
-use super::*;
+use super::{Figure, QuotaTree, governs, has_min_for};
+use crate::amounts::{ResVec, UNLIMITED};
+use crate::ids::{Id, QuotaId, ResId};
 
 impl QuotaTree {
     /// Records that a unit charged to `quota` holding `amount` is being

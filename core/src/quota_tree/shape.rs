@@ -2,7 +2,13 @@
 //! from each node's own usage, and the effective mins scaled down where the
 //! children's mins exceed what their parent (or the capacity) can give.
 
-use super::*;
+use std::sync::Arc;
+
+use koord_queue_model::ROOT_QUOTA_NAME;
+
+use super::{Capacity, Figure, MinWarning, PathProblem, QuotaTree};
+use crate::amounts::{Dense, UNLIMITED};
+use crate::ids::{Id, Interner, QuotaId, ResId};
 
 impl QuotaTree {
     /// Recomputes paths, children, subtree usage, effective mins and warnings.

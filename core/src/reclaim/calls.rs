@@ -2,7 +2,10 @@
 //! flight: a victim put back or freed, the plans woken when room appears,
 //! and the housekeeping that keeps the victim index exact.
 
-use super::*;
+use super::state::{ReclaimInFlight, ReclaimState};
+use crate::engine::{Core, CoreError};
+use crate::ids::{QuotaId, UnitId};
+use crate::units::UnitEntry;
 
 impl Core {
     /// Puts back a unit chosen as a victim whose re-suspension could not be

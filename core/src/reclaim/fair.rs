@@ -11,10 +11,13 @@
 //! victims' minimum run time, the per-minute cap of the quota, and a unit
 //! never takes back from the unit that displaced it.
 
+use super::state::{Source, Taking};
+use super::{Deficit, Outcome};
 use crate::amounts::ResVec;
+use crate::cycle::Pass;
+use crate::ids::{QuotaId, UnitId};
 use crate::quota_tree::Share;
-
-use super::*;
+use crate::reason::{Blocker, WaitReason};
 
 impl Pass<'_> {
     /// Reclaim for fair share for borrowing unit `id`, stopped by `reason`:

@@ -46,15 +46,12 @@ mod pick;
 mod preempt;
 pub(crate) mod state;
 
-use state::{Plan, Reclaim, ReclaimInFlight, ReclaimKind, ReclaimState, Source, Taking, VictimKey};
+use state::{Plan, Reclaim, ReclaimKind, Taking};
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use super::amounts::{ResVec, UNLIMITED};
 use super::cycle::{Pass, Verdict};
-use super::engine::{Core, CoreError};
 use super::ids::{QuotaId, ResId, UnitId};
 use super::reason::{Blocker, WaitReason};
 use super::units::{UnitEntry, UnitState};

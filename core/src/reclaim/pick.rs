@@ -2,7 +2,13 @@
 //! may give, in victim order, and only as many as cover what it lacks
 //! (see the planning in `mod.rs`).
 
-use super::*;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::Deficit;
+use super::state::{Source, VictimKey};
+use crate::cycle::Pass;
+use crate::ids::{QuotaId, ResId, UnitId};
 
 /// Resources already picked in this plan, by quota.
 #[derive(Default)]

@@ -19,9 +19,12 @@
 
 use koord_queue_model::PreemptionPolicy;
 
-use crate::amounts::ResVec;
-
-use super::*;
+use super::state::{Source, Taking};
+use super::{Deficit, Outcome, minimal};
+use crate::amounts::{ResVec, UNLIMITED};
+use crate::cycle::Pass;
+use crate::ids::{QuotaId, UnitId};
+use crate::reason::{Blocker, WaitReason};
 
 /// How long the per-minute cap looks back.
 const CAP_WINDOW_MS: i64 = 60_000;
