@@ -172,7 +172,33 @@ pub fn emit() {
     );
 }
 
-/// For the binaries' own tests: runs `binary --version` and checks that it
+/// The test every binary of the workspace has: `<binary> --version` prints
+/// `<binary> <crate version> (git <revision>)`, and, when the revision came
+/// from git, it is the HEAD of the checkout it was built from. One line in a
+/// `tests/version.rs` of the binary's crate (`CARGO_BIN_EXE_*` is known only
+/// there):
+///
+/// ```ignore
+/// koord_queue_buildinfo::version_test!("koord-queue-webhook");
+/// ```
+#[macro_export]
+macro_rules! version_test {
+    ($binary:literal) => {
+        #[test]
+        fn version_names_the_crate_version_and_the_git_revision() {
+            $crate::assert_version_output(
+                env!(concat!("CARGO_BIN_EXE_", $binary)),
+                $binary,
+                env!("CARGO_PKG_VERSION"),
+                env!("KOORD_QUEUE_GIT_REVISION"),
+                env!("KOORD_QUEUE_GIT_REVISION_SOURCE"),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+            );
+        }
+    };
+}
+
+/// What [`version_test!`] checks: runs `binary --version` and checks that it
 /// prints `<name> <version> (git <revision>)`, and, when the revision came
 /// from git (`source` is `"git"`), that it is the HEAD of `workspace_root`.
 /// Panics with the output when it does not.

@@ -1,14 +1,4 @@
-//! `koord-queue-scheduler --version` names the crate version and the git revision it was
-//! built from (the checkout's HEAD; `unknown` without `.git`).
+//! `koord-queue-scheduler --version` names the crate version and the git revision it
+//! was built from (see `koord_queue_buildinfo::version_test!`).
 
-#[test]
-fn version_names_the_crate_version_and_the_git_revision() {
-    koord_queue_buildinfo::assert_version_output(
-        env!("CARGO_BIN_EXE_koord-queue-scheduler"),
-        "koord-queue-scheduler",
-        env!("CARGO_PKG_VERSION"),
-        env!("KOORD_QUEUE_GIT_REVISION"),
-        env!("KOORD_QUEUE_GIT_REVISION_SOURCE"),
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
-    );
-}
+koord_queue_buildinfo::version_test!("koord-queue-scheduler");

@@ -210,3 +210,18 @@ fn a_removed_queue_parks_its_units_and_its_return_serves_them() {
     core.upsert_queue(&QueueDef::new("team"));
     assert_eq!(released(&core.run_cycle()), ["ns/a"]);
 }
+
+/// The controller's start: the capacity is known before any queue, and
+/// every queue is marked dirty once the caches are synced. Cycles over
+/// nothing decide nothing, visit nothing, and end.
+#[test]
+fn cycles_before_any_queue_exists_decide_nothing() {
+    let mut core = super::quota_core(96);
+    core.mark_all_dirty();
+    for _ in 0..2 {
+        let out = core.run_cycle();
+        assert!(out.decisions.is_empty() && out.reclaims.is_empty() && out.waiting.is_empty());
+        assert_eq!(out.stats, crate::CycleStats::default());
+    }
+    assert_eq!(core.queues().count(), 0);
+}

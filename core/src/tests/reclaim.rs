@@ -724,3 +724,56 @@ fn a_quota_at_its_min_protects_its_subtree_even_below_a_borrowing_parent() {
     core.upsert_unit(&unit("ns", "t2", "team", 4)).unwrap();
     assert_eq!(reclaimed(&core.run_cycle()), [("ns/z2", "ns/t2")]);
 }
+
+/// The calls the controller makes, in its order: a released unit is seen
+/// again by the watch (upserted with the same definition) before its job
+/// runs (`mark_started`); a guaranteed unit of a sibling that asks for a
+/// resource the capacity does not list then takes back the most recently
+/// released borrower under their parent, and runs once it is freed.
+#[test]
+fn under_a_parent_the_controllers_calls_reclaim_the_latest_borrower() {
+    let mut core = Core::from_yaml(
+        "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: auto\n",
+    )
+    .unwrap();
+    core.set_capacity(&super::cpu_capacity(96));
+    let parent = QuotaDef::new("wex").parent_node().min("cpu", 10_000);
+    core.upsert_quota(&parent.max("cpu", 10_000)).unwrap();
+    for (name, min) in [("wex-a", 4_000), ("wex-b", 6_000)] {
+        let def = QuotaDef::new(name).under("wex").min("cpu", min);
+        core.upsert_quota(&def.max("cpu", 10_000)).unwrap();
+        core.upsert_queue(&QueueDef::new(name));
+    }
+    for (i, name) in ["a1", "a2", "a3"].into_iter().enumerate() {
+        let def = UnitDef::new("ns", name)
+            .with_quota("wex-a")
+            .with_queue("wex-a")
+            .created_at(i as i64)
+            .requesting("cpu", 3_000);
+        core.upsert_unit(&def).unwrap();
+        assert_eq!(released(&core.run_cycle()), [format!("ns/{name}")]);
+        core.upsert_unit(&def).unwrap();
+        core.mark_started(&format!("ns/{name}")).unwrap();
+    }
+    assert_eq!(used(&core, "wex-a"), 9, "a borrows 5 of b's 6");
+    core.upsert_unit(
+        &UnitDef::new("ns", "b1")
+            .with_quota("wex-b")
+            .with_queue("wex-b")
+            .created_at(10)
+            .requesting("cpu", 4_000)
+            .requesting("memory", 64 << 20),
+    )
+    .unwrap();
+    let out = core.run_cycle();
+    assert_eq!(reclaimed(&out), [("ns/a3", "ns/b1")]);
+    assert!(released(&out).is_empty());
+    assert!(
+        matches!(core.reason("ns/b1"), Some(WaitReason::Reclaiming { .. })),
+        "{}",
+        reason_text(&core, "ns/b1")
+    );
+    core.free("ns/a3").unwrap();
+    assert_eq!(released(&core.run_cycle()), ["ns/b1"]);
+    assert_eq!((used(&core, "wex-a"), used(&core, "wex-b")), (6, 4));
+}
