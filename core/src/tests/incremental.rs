@@ -216,7 +216,7 @@ fn a_removed_queue_parks_its_units_and_its_return_serves_them() {
 /// nothing decide nothing, visit nothing, and end.
 #[test]
 fn cycles_before_any_queue_exists_decide_nothing() {
-    let mut core = super::quota_core(96);
+    let mut core = quota_core(96);
     core.mark_all_dirty();
     for _ in 0..2 {
         let out = core.run_cycle();
