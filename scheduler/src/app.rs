@@ -177,6 +177,11 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         status_interval,
         job_events,
         strict_default: strict_dequeue.then_some(strict_timeout),
+        // Random per process, so that replicas' backoffs are not in step.
+        jitter_salt: {
+            use std::hash::BuildHasher as _;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        },
     };
     let controller = Controller::new(
         core,

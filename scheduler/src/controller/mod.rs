@@ -5,6 +5,7 @@
 //! units, keeps one Queue per ElasticQuota and publishes positions and
 //! reasons. Only the Lease holder writes; standbys keep the same state warm.
 
+mod clock;
 mod job_ref;
 pub mod metrics;
 mod quota_names;

@@ -17,8 +17,7 @@ pub(super) fn backoff(
     let rec = v.rec;
     let count = rec.requeue_count.saturating_add(1);
     let delay = backoff_delay(count, jitter_seed(v.jitter_salt, v.key, count));
-    let now = k8s_openapi::jiff::Timestamp::from_millisecond(v.now_ms)
-        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+    let now = wall_time(v.now_ms);
     let requeue_at = now
         .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(millis(
             delay,

@@ -455,10 +455,7 @@ pub(super) fn release(
 ) -> Write {
     let rec = v.rec;
     let quota = queue_of(rec);
-    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::from_millisecond(v.now_ms)
-            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
-    );
+    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(wall_time(v.now_ms));
     let checks: Vec<AdmissionCheckState> = v
         .queue
         .map(|q| q.checks.as_slice())

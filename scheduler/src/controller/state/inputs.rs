@@ -266,6 +266,7 @@ impl Controller {
     }
 
     pub(super) fn on_leadership(&mut self, leads: bool) {
+        self.leading = leads;
         self.metrics.leader.set(i64::from(leads));
         if leads {
             tracing::info!("leading: scheduling and writing");

@@ -127,8 +127,8 @@ impl Controller {
             unconfirmed: st.unconfirmed,
             members_released_at: st.members_released_at,
             strict_default: self.settings.strict_default,
-            now_ms: now_ms(),
-            jitter_salt: self.jitter_salt,
+            now_ms: self.now.wall_ms,
+            jitter_salt: self.settings.jitter_salt,
         })
     }
 

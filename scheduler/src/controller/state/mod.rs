@@ -37,6 +37,7 @@ use koord_queue_api::{Queue, QueueSpec, QueueStatus, Resources, keys};
 use koord_queue_runtime::{Leadership, Readiness};
 use tokio::sync::{mpsc, watch};
 
+use super::clock::{Now, Stopwatch, wall_time};
 use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
 use super::quota_names::QuotaNames;
 use super::records::{
@@ -81,6 +82,10 @@ pub struct Settings {
     pub job_events: bool,
     /// Strict dequeue for queues that do not set it: `Some(timeout)` when on.
     pub strict_default: Option<Duration>,
+    /// Salt of the backoff jitter (see [`UnitView::jitter_salt`]): random
+    /// per process, so that replicas do not send units back in step; fixed
+    /// in tests, so that a backoff's end is known.
+    pub jitter_salt: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +190,7 @@ impl UnitState {
         admissions: Option<&[Admission]>,
         attempts: Option<i64>,
         checks: Option<Vec<AdmissionCheckState>>,
+        now_ms: i64,
     ) {
         let from_reserved = admissions.is_none();
         self.rec.phase = Some(phase);
@@ -206,7 +212,7 @@ impl UnitState {
         if !from_reserved || phase != QueueUnitPhase::Reserved {
             // Timers of strict dequeue and of the running timeout
             // start at the release.
-            self.rec.allocated_ms = Some(now_ms());
+            self.rec.allocated_ms = Some(now_ms);
         }
         self.unconfirmed = false;
         if phase.is_released() {
@@ -263,7 +269,12 @@ pub struct Controller {
     namespace_quotas: HashMap<String, HashMap<String, NamespaceQuotaRecord>>,
     unsynced: HashSet<SourceName>,
     writer: Box<dyn WriteSink>,
-    leader: Leadership,
+    /// Whether this replica leads, as the last leadership input said (the
+    /// writer fences every write on the live Lease: this only decides what
+    /// the controller does).
+    leading: bool,
+    /// The time of the input being handled (see [`Controller::set_now`]).
+    now: Now,
     metrics: Metrics,
     readiness: Readiness,
     capacity: Option<RootCapacity>,
@@ -292,8 +303,6 @@ pub struct Controller {
     timed: HashSet<Key>,
     /// Pods of queued jobs by the job's uid (strict dequeue).
     pods: HashMap<String, HashMap<String, PodRecord>>,
-    /// Salt of the backoff jitter (see [`UnitView::jitter_salt`]).
-    jitter_salt: u64,
     /// Job kinds whose API fails now (see `failing.rs`).
     failing_kinds: HashSet<&'static str>,
     /// Jobs by uid and by pod group (see `pods.rs`).
@@ -345,7 +354,9 @@ impl Controller {
             namespace_quotas: HashMap::new(),
             unsynced: sources.into_iter().collect(),
             writer: Box::new(writer),
-            leader,
+            leading: leader.is_leader(),
+            // Until the run loop's first input.
+            now: Now::read(),
             metrics,
             readiness,
             capacity: None,
@@ -371,10 +382,6 @@ impl Controller {
             pod_groups: HashMap::new(),
             lingering: Vec::new(),
             groups: groups::Groups::default(),
-            jitter_salt: {
-                use std::hash::BuildHasher;
-                std::collections::hash_map::RandomState::new().hash_one(std::process::id())
-            },
         }
     }
 
@@ -382,8 +389,16 @@ impl Controller {
         self.unsynced.is_empty()
     }
 
+    /// Whether this replica leads: set by leadership inputs only, so that
+    /// one input is handled under one leadership.
     fn leads(&self) -> bool {
-        self.leader.is_leader()
+        self.leading
+    }
+
+    /// The time the next input is handled at: the clock the controller's
+    /// decisions read (as the core's `Core::set_now`).
+    fn set_now(&mut self, now: Now) {
+        self.now = now;
     }
 
     /// Runs until `stop` resolves.
@@ -394,9 +409,16 @@ impl Controller {
         mut leadership: watch::Receiver<bool>,
         stop: impl Future<Output = ()>,
     ) {
+        self.set_now(Now::read());
         if !self.leads() {
             // Standbys are ready once synced; the leader after its first cycle.
             self.readiness.set(FIRST_CYCLE, true);
+        }
+        // A change between the construction and the subscription is not
+        // signalled by the receiver: its current value is taken as an input.
+        let leads_now = *leadership.borrow_and_update();
+        if leads_now != self.leads() {
+            self.on_leadership(leads_now);
         }
         let mut housekeeping = tokio::time::interval(Duration::from_millis(500));
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -416,10 +438,12 @@ impl Controller {
                     return;
                 }
                 Some(w) = written.recv() => {
+                    self.set_now(Now::read());
                     self.visibility.changed();
                     self.on_written(w);
                 }
                 Some(input) = inputs.recv() => {
+                    self.set_now(Now::read());
                     self.visibility.changed();
                     self.on_input(input);
                 }
@@ -430,21 +454,26 @@ impl Controller {
                         return;
                     }
                     let leads = *leadership.borrow();
+                    self.set_now(Now::read());
                     self.on_leadership(leads);
                 }
                 _ = cycle => {
                     self.visibility.changed();
                     self.cycle_due = None;
+                    self.set_now(Now::read());
                     self.cycle();
                 }
-                _ = housekeeping.tick() => self.housekeeping(),
+                _ = housekeeping.tick() => {
+                    self.set_now(Now::read());
+                    self.housekeeping();
+                }
             }
         }
     }
 
     fn request_cycle(&mut self) {
         if self.cycle_due.is_none() {
-            self.cycle_due = Some(Instant::now() + self.settings.cycle_batch);
+            self.cycle_due = Some(self.now.at + self.settings.cycle_batch);
         }
     }
 
@@ -545,10 +574,6 @@ pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
 /// mapping), else the queue named in its spec.
 fn queue_of(rec: &UnitRecord) -> &str {
     rec.quota.as_deref().unwrap_or(&rec.queue)
-}
-
-fn now_ms() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_millisecond()
 }
 
 fn millis(d: Duration) -> i64 {

@@ -7,13 +7,11 @@ impl Controller {
         if !self.synced() || !self.leads() {
             return;
         }
-        let started = Instant::now();
-        self.core.set_now(now_ms());
+        let started = Stopwatch::start();
+        self.core.set_now(self.now.wall_ms);
         let out = self.core.run_cycle();
         tracing::trace!(decisions = out.decisions.len(), "cycle done");
-        self.metrics
-            .cycle_duration
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.cycle_duration.observe(started.seconds());
         if !self.ran_first_cycle {
             self.ran_first_cycle = true;
             self.readiness.set(FIRST_CYCLE, true);
@@ -40,7 +38,7 @@ impl Controller {
             st.member = Membership::Holding;
             st.awaiting = true;
             st.releasing();
-            st.released_at = Some(Instant::now());
+            st.released_at = Some(self.now.at);
             let Some(view) = self.view(&k) else {
                 continue;
             };

@@ -16,7 +16,7 @@ impl Controller {
         }
         // A unit that may preempt once a victim has run its minimum time,
         // or a queue head that starts to reserve.
-        let wall_ms = now_ms();
+        let wall_ms = self.now.wall_ms;
         if self
             .core
             .next_preemption_due()
@@ -30,7 +30,7 @@ impl Controller {
         for k in timed {
             self.reconcile(&k);
         }
-        let now = Instant::now();
+        let now = self.now.at;
         if self
             .last_missing_scan
             .is_none_or(|t| now.duration_since(t) >= MISSING_SCAN_INTERVAL)
@@ -56,7 +56,7 @@ impl Controller {
     /// admission) are deleted after the grace period (architecture §4.6).
     pub(super) fn collect_orphans(&mut self) {
         let grace_ms = i64::try_from(self.settings.orphan_grace.as_millis()).unwrap_or(i64::MAX);
-        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let now_ms = self.now.wall_ms;
         let orphans: Vec<Key> = self
             .units
             .iter()
@@ -85,8 +85,10 @@ impl Controller {
     ///   it, e.g. it was killed) — only for jobs younger than
     ///   [`RECREATE_WINDOW_MS`] whose unit is not known to be gone.
     pub(super) fn jobs_without_unit(&mut self) {
-        let now = Instant::now();
-        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let Now {
+            at: now,
+            wall_ms: now_ms,
+        } = self.now;
         let mut to_hold = Vec::new();
         let mut to_create = Vec::new();
         let mut missing = HashMap::new();

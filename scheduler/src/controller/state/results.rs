@@ -162,6 +162,7 @@ impl Controller {
         checks: Option<Vec<AdmissionCheckState>>,
         landed: Landed,
     ) {
+        let now = self.now;
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
@@ -176,7 +177,7 @@ impl Controller {
             // found there is finished, one that never landed frees the quota.
             tracing::warn!(unit = %k, "release outcome unknown; quota kept, the release is finished later");
             self.metrics.releases_uncertain.inc();
-            st.release_written(phase, admissions.as_deref(), attempts, checks);
+            st.release_written(phase, admissions.as_deref(), attempts, checks, now.wall_ms);
             st.released_here = false;
             st.release_ack = false;
             st.unconfirmed = true;
@@ -184,8 +185,8 @@ impl Controller {
             return;
         }
         if landed == Landed::Yes {
-            st.release_written(phase, admissions.as_deref(), attempts, checks);
-            let waited = (now_ms() - st.rec.created_ms).max(0);
+            st.release_written(phase, admissions.as_deref(), attempts, checks, now.wall_ms);
+            let waited = (now.wall_ms - st.rec.created_ms).max(0);
             let queue = queue_of(&st.rec).to_string();
             if phase == QueueUnitPhase::Reserved {
                 let names: Vec<String> = st.rec.checks.iter().map(|c| c.name.clone()).collect();

@@ -57,6 +57,7 @@ impl Controller {
     /// written only when changed. Returns whether every Queue was compared
     /// (none left for a later pass).
     pub(super) fn publish_queue_status(&mut self, now: Instant) -> bool {
+        let now_wall = self.now.wall();
         let mut complete = true;
         let warnings: Vec<(String, String)> = self
             .core
@@ -94,7 +95,7 @@ impl Controller {
                         .map_or(&[], Vec::as_slice),
                     self.core.queue_waiting(&name).take(QUEUE_DETAILS_LIMIT),
                 )
-                && min_conditions(&name, &warnings, published.conditions.clone())
+                && min_conditions(&name, &warnings, published.conditions.clone(), now_wall)
                     == published.conditions
             {
                 continue;
@@ -122,7 +123,7 @@ impl Controller {
             status.queue_item_details = items;
             status.pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
             status.admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
-            status.conditions = min_conditions(&name, &warnings, status.conditions);
+            status.conditions = min_conditions(&name, &warnings, status.conditions, now_wall);
             if queue.status.as_ref() == Some(&status)
                 || (queue.status.is_none() && status == empty_status())
             {
@@ -201,6 +202,7 @@ pub(super) fn min_conditions(
     name: &str,
     warnings: &[(String, String)],
     mut conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    now: k8s_openapi::jiff::Timestamp,
 ) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     let texts: Vec<&str> = warnings
         .iter()
@@ -223,9 +225,7 @@ pub(super) fn min_conditions(
             status: "True".into(),
             reason: "ChildrenMinExceedsMin".into(),
             message,
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            ),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
             observed_generation: None,
         }),
     }

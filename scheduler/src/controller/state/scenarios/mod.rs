@@ -33,12 +33,20 @@ impl WriteSink for Recorder {
     }
 }
 
+/// When a scenario starts: an hour after the objects it makes were created
+/// (`2026-01-01T00:00:00Z`, or a minute later), so that they are past every
+/// grace period and young-job window, as they are for a scheduler that
+/// comes upon them.
+const START: &str = "2026-01-01T01:00:00Z";
+
 /// A controller (leading, every source synced) with quota `q` (max 4 cpu)
-/// and its queue; `queue_spec` is merged into the Queue's spec.
+/// and its queue; `queue_spec` is merged into the Queue's spec. Its clock
+/// stands still at [`START`] unless moved on by [`Scenario::advance`].
 struct Scenario {
     controller: Controller,
     writes: Recorder,
     rv: u64,
+    now: Now,
 }
 
 impl Scenario {
@@ -55,6 +63,7 @@ impl Scenario {
             status_interval: Duration::from_secs(2),
             job_events: false,
             strict_default: None,
+            jitter_salt: 7,
         };
         let controller = Controller::new(
             core,
@@ -65,11 +74,17 @@ impl Scenario {
             Metrics::register(&mut Default::default()),
             Readiness::new(&[CACHES_SYNCED, FIRST_CYCLE]),
         );
+        let start: k8s_openapi::jiff::Timestamp = START.parse().unwrap();
         let mut s = Self {
             controller,
             writes,
             rv: 1,
+            now: Now {
+                at: Instant::now(),
+                wall_ms: start.as_millisecond(),
+            },
         };
+        s.controller.set_now(s.now);
         let quota: ElasticQuota = serde_json::from_value(json!({
             "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
             "metadata": { "name": "q", "namespace": "ns" },
@@ -95,7 +110,14 @@ impl Scenario {
     }
 
     fn input(&mut self, input: Input) {
+        self.controller.set_now(self.now);
         self.controller.on_input(input);
+    }
+
+    /// Moves the scenario's clock on by `by`.
+    fn advance(&mut self, by: Duration) {
+        self.now = self.now.advanced(by);
+        self.controller.set_now(self.now);
     }
 
     /// A unit `u` of job `j` (2 cpu, quota `q`) with `status`, adopted by
@@ -137,7 +159,14 @@ impl Scenario {
         self.input(Input::Job("Job", Change::Applied(Box::new(record))));
     }
 
+    /// A housekeeping tick (timers: backoffs, timeouts, grace periods).
+    fn tick(&mut self) {
+        self.controller.set_now(self.now);
+        self.controller.housekeeping();
+    }
+
     fn cycle(&mut self) {
+        self.controller.set_now(self.now);
         self.controller.cycle();
     }
 
@@ -146,6 +175,7 @@ impl Scenario {
         let writes: Vec<Write> = std::mem::take(&mut *self.writes.0.lock().unwrap());
         for write in &writes {
             self.rv += 1;
+            self.controller.set_now(self.now);
             self.controller.on_written(Written {
                 write: write.clone(),
                 outcome: Outcome::Done(Some(self.rv)),
@@ -180,6 +210,9 @@ fn check(name: &str, state: &str, message: &str) -> Value {
     json!({ "name": name, "state": state, "message": message,
             "lastTransitionTime": "2026-01-01T00:00:00Z" })
 }
+
+/// A backoff's end: 30 s after [`START`].
+const REQUEUE_AT: &str = "2026-01-01T01:00:30Z";
 
 #[test]
 fn lifecycle_transitions() {
@@ -268,9 +301,11 @@ fn lifecycle_transitions() {
                 s.job(true, json!({}));
                 s.unit(
                     json!({ "phase": "TimeoutBackoff",
-                    "requeueState": { "count": 1, "requeueAt": "2026-01-01T00:00:00Z" } }),
+                    "requeueState": { "count": 1, "requeueAt": REQUEUE_AT } }),
                     true,
                 );
+                s.advance(Duration::from_secs(31));
+                s.tick();
             },
             vec!["Phase Enqueued"],
         ),
@@ -280,9 +315,11 @@ fn lifecycle_transitions() {
                 s.job(true, json!({}));
                 s.unit(
                     json!({ "phase": "TimeoutBackoff",
-                    "requeueState": { "count": 1, "requeueAt": "2999-01-01T00:00:00Z" } }),
+                    "requeueState": { "count": 1, "requeueAt": REQUEUE_AT } }),
                     true,
                 );
+                s.advance(Duration::from_secs(29));
+                s.tick();
             },
             vec![],
         ),
