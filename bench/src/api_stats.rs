@@ -15,6 +15,8 @@ use http::{Request, Response};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
 
+use crate::admin_scrape;
+
 /// Who made a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -251,12 +253,7 @@ pub struct ServerRequests {
 impl ServerRequests {
     /// Reads the counters through `client` (an admin client).
     pub async fn scrape(client: &kube::Client) -> Result<Self> {
-        let request = Request::get("/metrics").body(Vec::new())?;
-        let text = client
-            .request_text(request)
-            .await
-            .context("reading the API server's /metrics")?;
-        Ok(Self::parse(&text))
+        Ok(Self::parse(&admin_scrape::apiserver_metrics(client).await?))
     }
 
     /// Parses Prometheus text.

@@ -4,6 +4,7 @@
 //! same API work measured in the same run. See `docs/performance.md`.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod admin_scrape;
 pub mod api_stats;
 pub mod chaos;
 pub mod checker;

@@ -125,7 +125,7 @@ pub async fn wait_admin(member: &mut Member, path: &str, timeout: Duration) -> R
     let deadline = Instant::now() + timeout;
     loop {
         member.check_alive()?;
-        if let Ok((200, _)) = koord_queue_tests::admin::get(member.admin, path).await {
+        if crate::admin_scrape::answers_ok(member.admin, path).await {
             return Ok(());
         }
         if Instant::now() > deadline {

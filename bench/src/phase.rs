@@ -21,9 +21,10 @@ use koord_queue_api::keys;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
+use super::admin_scrape::{self, Metrics};
 use super::api_stats::{self, ApiStats, Component, ServerRequests};
 use super::checker::Checker;
-use super::components::{self, Components, Placement, SchedulerOptions};
+use super::components::{Components, Placement, SchedulerOptions};
 use super::floor::{self, FloorClients, FloorWrites};
 use super::kueue::{self, Kueue, workloads::WorkloadChecker};
 pub use super::phase_result::PhaseResult;
@@ -93,9 +94,6 @@ pub struct PhaseConfig {
     /// (`--logs-dir`; `None`: not kept).
     pub logs_dir: Option<std::path::PathBuf>,
 }
-
-/// A metric of the scheduler's or the webhook's `/metrics`.
-pub type Metrics = BTreeMap<String, f64>;
 
 async fn create_ignoring_conflict<K>(api: &Api<K>, object: &K) -> Result<()>
 where
@@ -244,20 +242,6 @@ pub async fn job_clients(
 
 /// The ordinary user that creates the jobs.
 pub const BENCH_USER: &str = "bench-user";
-
-fn selected(text: &str, names: &[&str]) -> Metrics {
-    let mut out = Metrics::new();
-    for name in names {
-        out.insert((*name).to_string(), components::metric_sum(text, name));
-    }
-    out
-}
-
-fn labelled(out: &mut Metrics, text: &str, name: &str, label: &str) {
-    for (value, v) in components::metric_by_label(text, name, label) {
-        *out.entry(format!("{name}{{{label}={value}}}")).or_default() += v;
-    }
-}
 
 /// The queue system of a phase.
 enum System {
@@ -567,8 +551,8 @@ pub async fn run(
     let mut scheduler_metrics = Metrics::new();
     let mut webhook_metrics = Metrics::new();
     if let System::Ours(c) = &system {
-        if let Ok(text) = components::scrape_admin(c.scheduler_admin).await {
-            scheduler_metrics = selected(
+        if let Ok(text) = admin_scrape::scrape(c.scheduler_admin).await {
+            scheduler_metrics = admin_scrape::selected(
                 &text,
                 &[
                     "koord_queue_scheduler_cycle_duration_seconds_count",
@@ -577,34 +561,34 @@ pub async fn run(
                     "koord_queue_scheduler_dequeue_latency_seconds_sum",
                 ],
             );
-            labelled(
+            admin_scrape::add_by_label(
                 &mut scheduler_metrics,
                 &text,
                 "koord_queue_scheduler_api_write_errors_total",
                 "operation",
             );
-            labelled(
+            admin_scrape::add_by_label(
                 &mut scheduler_metrics,
                 &text,
                 "koord_queue_scheduler_admission_attempts_total",
                 "result",
             );
         }
-        if let Ok(text) = components::scrape_admin(c.webhook_admin).await {
-            webhook_metrics = selected(
+        if let Ok(text) = admin_scrape::scrape(c.webhook_admin).await {
+            webhook_metrics = admin_scrape::selected(
                 &text,
                 &[
                     "koord_queue_webhook_review_duration_seconds_count",
                     "koord_queue_webhook_review_duration_seconds_sum",
                 ],
             );
-            labelled(
+            admin_scrape::add_by_label(
                 &mut webhook_metrics,
                 &text,
                 "koord_queue_webhook_reviews_total",
                 "verdict",
             );
-            labelled(
+            admin_scrape::add_by_label(
                 &mut webhook_metrics,
                 &text,
                 "koord_queue_webhook_queue_unit_create_errors_total",

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use super::admin_scrape::Metrics;
 use super::api_stats::{self, Component, RequestKey, RequestStat, ServerRequests};
 use super::floor::FloorWrites;
-use super::phase::{Metrics, PhaseKind};
+use super::phase::PhaseKind;
 use super::quota::{Usage, Violation};
 use super::runner::{self, JobTimeline};
 use koord_queue_tests::proc_stats::CpuUsage;

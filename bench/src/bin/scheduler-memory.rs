@@ -146,9 +146,7 @@ async fn load(cp: &ControlPlane, cli: &Cli) -> Result<Duration> {
 /// Events) that reached the API server, from `apiserver_request_total`; its
 /// Lease renewals and the API server's own housekeeping are left out.
 async fn api_writes(client: &kube::Client) -> Result<f64> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
+    let text = koord_queue_bench::admin_scrape::apiserver_metrics(client).await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
@@ -318,7 +316,7 @@ async fn watch(
     loop {
         scheduler.check_alive()?;
         let now = Instant::now();
-        let ready = matches!(admin::get(admin_addr, "/readyz").await, Ok((200, _)));
+        let ready = koord_queue_bench::admin_scrape::answers_ok(admin_addr, "/readyz").await;
         if ready && m.ready.is_none() {
             m.ready = Some(started.elapsed());
             println!("  ready after {:.1?}", started.elapsed());

@@ -2,6 +2,7 @@
 //! record, what the QueueUnits hold now, the leader's own quota figures.
 
 use super::*;
+use crate::admin_scrape;
 
 /// Two releases of one job in a row without a suspension between them, in
 /// the job runtime's own record.
@@ -103,6 +104,6 @@ pub(super) async fn leader_quota_used(fleet: &AsyncMutex<Fleet>) -> Option<(Stri
     // no series).
     Some((
         name,
-        components::metric_sum(&text, monitor::QUOTA_USED) + 0.0,
+        admin_scrape::metric_sum(&text, admin_scrape::QUOTA_USED) + 0.0,
     ))
 }

@@ -248,7 +248,7 @@ async fn kill_webhook(target: &Target, plan: &FaultPlan, turn: usize) -> Result<
             .unwrap_or(turn % n);
         (i, fleet.webhooks[i].admin)
     };
-    let text = crate::components::scrape_admin(admin).await.ok();
+    let text = crate::admin_scrape::scrape(admin).await.ok();
     let name = {
         let mut fleet = target.fleet.lock().await;
         let m = &mut fleet.webhooks[i];
@@ -280,7 +280,7 @@ async fn restart(target: &Target, scheduler: bool, i: usize) -> Result<()> {
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok((200, _)) = koord_queue_tests::admin::get(admin, "/livez").await {
+        if crate::admin_scrape::answers_ok(admin, "/livez").await {
             return Ok(());
         }
         {

@@ -38,6 +38,7 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use self::faults::{FaultKind, FaultPlan, FaultRecord};
 use self::fleet::{Fleet, Member, free_addr, wait_admin};
 use self::monitor::Monitor;
+use super::admin_scrape;
 use super::api_stats::{self, ApiStats, Component};
 use super::checker::Checker;
 use super::components::{self, SchedulerOptions};
@@ -251,7 +252,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
                 exited.push(m.name.clone());
                 continue;
             }
-            if let Ok(text) = components::scrape_admin(m.admin).await {
+            if let Ok(text) = admin_scrape::scrape(m.admin).await {
                 monitor.record(&m.name, m.incarnation(), &text);
             }
         }

@@ -12,7 +12,10 @@ use serde::Serialize;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::fleet::Fleet;
-use crate::components::{metric_by_label, metric_sum, scrape_admin};
+use crate::admin_scrape::{
+    Metrics, POLICY_CHECKS, add_by_label, apiserver_metrics, leads, metric_by_label, metric_sum,
+    scrape,
+};
 
 /// The scheduler's figures the run reports (counters but `leader`,
 /// `quota_used`).
@@ -32,15 +35,6 @@ pub const LABELLED_COUNTERS: [(&str, &str); 5] = [
         "reason",
     ),
 ];
-
-/// Leader gauge.
-pub const LEADER: &str = "koord_queue_scheduler_leader";
-/// The scheduler's held amount per quota and resource.
-pub const QUOTA_USED: &str = "koord_queue_scheduler_quota_used";
-
-/// kube-apiserver's count of ValidatingAdmissionPolicy checks: those with
-/// `enforcement_action="deny"` are the fenced writes it refused.
-pub const POLICY_CHECKS: &str = "apiserver_validating_admission_policy_check_total";
 
 /// A change of who leads, as the replicas' gauges said.
 #[derive(Clone, Debug, Serialize)]
@@ -66,17 +60,15 @@ struct State {
 }
 
 /// The figures of one replica's `/metrics` text.
-fn figures(text: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
+fn figures(text: &str) -> Metrics {
+    let mut out = Metrics::new();
     for name in SCHEDULER_COUNTERS {
         if text.contains(name) {
             out.insert(name.to_string(), metric_sum(text, name));
         }
     }
     for (name, label) in LABELLED_COUNTERS {
-        for (value, v) in metric_by_label(text, name, label) {
-            *out.entry(format!("{name}{{{label}={value}}}")).or_default() += v;
-        }
+        add_by_label(&mut out, text, name, label);
     }
     out
 }
@@ -139,12 +131,12 @@ impl Monitor {
         let mut leaders = Vec::new();
         let mut schedulers_read = 0;
         for (name, incarnation, admin, scheduler) in Self::targets(fleet).await {
-            let Ok(text) = scrape_admin(admin).await else {
+            let Ok(text) = scrape(admin).await else {
                 continue;
             };
             if scheduler {
                 schedulers_read += 1;
-                if metric_sum(&text, LEADER) >= 1.0 {
+                if leads(&text) {
                     leaders.push(name.clone());
                 }
             }
@@ -171,10 +163,7 @@ impl Monitor {
     /// Reads kube-apiserver's policy denials (a count lower than the last
     /// one read means it was restarted: the last one is kept).
     pub async fn read_apiserver(&self, admin: &kube::Client) {
-        let Ok(request) = http::Request::get("/metrics").body(Vec::new()) else {
-            return;
-        };
-        let Ok(text) = admin.request_text(request).await else {
+        let Ok(text) = apiserver_metrics(admin).await else {
             return;
         };
         let denied: f64 = metric_by_label(&text, POLICY_CHECKS, "enforcement_action")
@@ -268,8 +257,8 @@ pub async fn current_leader(fleet: &AsyncMutex<Fleet>) -> Option<(usize, String)
             .collect()
     };
     for (i, admin) in targets {
-        if let Ok(text) = scrape_admin(admin).await
-            && metric_sum(&text, LEADER) >= 1.0
+        if let Ok(text) = scrape(admin).await
+            && leads(&text)
         {
             return Some((i, text));
         }

@@ -8,11 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use koord_queue_tests::ControlPlane;
 
-use super::{
-    Components, SCHEDULER_PROCESS, SchedulerOptions, WEBHOOK_PROCESS, metric_sum, scrape_admin,
-    wait_for_queues,
-};
-use crate::chaos::monitor::LEADER;
+use super::{Components, SCHEDULER_PROCESS, SchedulerOptions, WEBHOOK_PROCESS, wait_for_queues};
+use crate::admin_scrape::{answers_ok, leads, scrape};
 use crate::member::{self, Member, free_addr, wait_admin};
 use crate::shape::Shape;
 
@@ -79,12 +76,9 @@ pub async fn wait_leading(members: &mut [Member], timeout: Duration) -> Result<(
     loop {
         for m in members.iter_mut() {
             m.check_alive()?;
-            if let Ok(text) = scrape_admin(m.admin).await
-                && metric_sum(&text, LEADER) >= 1.0
-                && matches!(
-                    koord_queue_tests::admin::get(m.admin, "/readyz").await,
-                    Ok((200, _))
-                )
+            if let Ok(text) = scrape(m.admin).await
+                && leads(&text)
+                && answers_ok(m.admin, "/readyz").await
             {
                 return Ok(());
             }

@@ -18,10 +18,11 @@ use serde_json::json;
 
 use super::plan::{FairnessConfig, PARENT};
 use super::shares::Sample;
+use crate::admin_scrape::{self, Metrics};
 use crate::api_stats::{self, ApiStats, Component};
 use crate::checker::Checker;
-use crate::components::{self, Components, SchedulerOptions};
-use crate::phase::{self, Metrics, PhaseKind};
+use crate::components::{Components, SchedulerOptions};
+use crate::phase::{self, PhaseKind};
 use crate::quota::Violation;
 use crate::runner::{self, Runner, RuntimeOptions};
 use crate::shape::Shape;
@@ -263,16 +264,12 @@ pub async fn run(
     };
 
     let mut scheduler_metrics = Metrics::new();
-    if let Ok(text) = components::scrape_admin(components.scheduler_admin).await {
+    if let Ok(text) = admin_scrape::scrape(components.scheduler_admin).await {
         for (metric, label) in [
             ("koord_queue_scheduler_preemptions_total", "reason"),
             ("koord_queue_scheduler_admission_attempts_total", "result"),
         ] {
-            for (value, v) in components::metric_by_label(&text, metric, label) {
-                *scheduler_metrics
-                    .entry(format!("{metric}{{{label}={value}}}"))
-                    .or_default() += v;
-            }
+            admin_scrape::add_by_label(&mut scheduler_metrics, &text, metric, label);
         }
     }
     let timelines = runner.timelines();

@@ -226,7 +226,7 @@ async fn wait_ready(process: &mut Process, health: SocketAddr, within: Duration)
     let deadline = Instant::now() + within;
     loop {
         process.check_alive()?;
-        if let Ok((200, _)) = koord_queue_tests::admin::get(health, "/readyz").await {
+        if crate::admin_scrape::answers_ok(health, "/readyz").await {
             return Ok(());
         }
         if Instant::now() > deadline {
