@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::json::{annotation, get_path, invalid, non_empty};
 use super::pod_request::resource_list;
-use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
+use super::{AdapterError, FieldPath, JobAdapter, JobKind, JobState, PodSetInfo};
 use crate::keys::MIN_RESOURCES_ANNOTATION;
 use crate::resources::Resources;
 
@@ -22,8 +22,6 @@ pub static WORKFLOW_KIND: JobKind = JobKind {
 /// Adapter for Argo Workflows: held with `spec.suspend`.
 #[derive(Debug)]
 pub struct WorkflowAdapter;
-
-use super::json::SPEC_SUSPEND as SUSPEND;
 
 impl JobAdapter for WorkflowAdapter {
     fn kind(&self) -> &'static JobKind {
@@ -42,8 +40,8 @@ impl JobAdapter for WorkflowAdapter {
         }])
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND, &["status", "phase"]]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "phase"]]
     }
 
     /// From `status.phase`: `Succeeded`, `Failed`/`Error`, `Running`.

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::json::{condition_true, field, get_path, opt_count, template};
 use super::pod_request::template_requests_at;
-use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
+use super::{AdapterError, FieldPath, JobAdapter, JobKind, JobState, PodSetInfo};
 
 /// The `batch/v1` Job kind.
 pub static BATCH_JOB_KIND: JobKind = JobKind {
@@ -40,9 +40,8 @@ impl JobAdapter for BatchJobAdapter {
         }])
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+    fn status_fields(&self) -> &'static [FieldPath] {
         &[
-            &["spec", "suspend"],
             &["status", "conditions"],
             &["status", "ready"],
             &["status", "active"],

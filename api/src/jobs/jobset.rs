@@ -13,7 +13,7 @@ use super::json::{
     template_priority_class,
 };
 use super::pod_request::template_requests_at;
-use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
+use super::{AdapterError, FieldPath, JobAdapter, JobKind, JobState, PodSetInfo};
 use crate::resources::Resources;
 
 /// The `jobset.x-k8s.io/v1alpha2` JobSet kind.
@@ -163,9 +163,8 @@ impl JobAdapter for JobSetAdapter {
         pod_sets_of(&replicated_jobs(spec, "spec")?)
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+    fn status_fields(&self) -> &'static [FieldPath] {
         &[
-            &["spec", "suspend"],
             &["status", "conditions"],
             &["status", "replicatedJobsStatus"],
         ]

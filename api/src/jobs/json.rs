@@ -5,15 +5,6 @@
 use serde_json::{Map, Value};
 
 use super::AdapterError;
-use crate::keys::SUSPEND_ANNOTATION;
-
-/// Path of the suspend annotation, a hold marker of the kinds without (or
-/// with a recent) native suspend field.
-/// The native suspend field of most kinds.
-pub(crate) const SPEC_SUSPEND: [&str; 2] = ["spec", "suspend"];
-
-pub(crate) const SUSPEND_ANNOTATION_PATH: [&str; 3] =
-    ["metadata", "annotations", SUSPEND_ANNOTATION];
 
 /// An [`AdapterError::Invalid`] for the field at `path`.
 pub(crate) fn invalid(path: &str, reason: impl Into<String>) -> AdapterError {
@@ -53,15 +44,6 @@ pub fn set_path(value: &mut Value, path: &[&str], new: Value) {
 /// Whether the value at `path` is the JSON boolean `true`.
 pub fn is_true(value: &Value, path: &[&str]) -> bool {
     get_path(value, path).and_then(Value::as_bool) == Some(true)
-}
-
-/// Whether a kind held by the suspend annotation plus a native field is held:
-/// the annotation is `"true"` and the field at `field_path` is not `false`.
-/// An absent field counts as holding, because a CRD that predates the field
-/// prunes it and leaves the annotation as the only marker.
-pub(crate) fn annotation_holds(job: &Value, field_path: &[&str]) -> bool {
-    annotation(job, SUSPEND_ANNOTATION) == Some("true")
-        && get_path(job, field_path).and_then(Value::as_bool) != Some(false)
 }
 
 /// The string annotation `key` of `job`, if set.

@@ -3,18 +3,17 @@
 //! suspend annotation (for operators that predate `runPolicy.suspend`) and
 //! `spec.runPolicy.suspend`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::batch_job::BATCH_JOB_KIND;
 use super::guard::pod_sets_total;
+use super::hold::{FieldPath, HoldStyle};
 use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation_holds, condition_true, get_path, invalid, non_empty,
-    opt_count, opt_object, remove_annotation, set_annotation, set_path, template,
+    condition_true, get_path, invalid, non_empty, opt_count, opt_object, template,
     template_priority_class,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
-use crate::keys::SUSPEND_ANNOTATION;
 use crate::resources::Resources;
 
 /// The `kubeflow.org/v1` TFJob kind.
@@ -54,6 +53,8 @@ pub struct KubeflowJobAdapter {
     /// `<job>-launcher` (mpi-operator v2); `None` when the operator creates
     /// pods only.
     launcher: Option<&'static str>,
+    /// How its jobs are held.
+    hold: HoldStyle,
 }
 
 /// Adapter for TFJobs (`spec.tfReplicaSpecs`).
@@ -61,6 +62,7 @@ pub static TF_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &TF_JOB_KIND,
     replica_specs: "tfReplicaSpecs",
     launcher: None,
+    hold: KUBEFLOW_HOLD,
 };
 
 /// Adapter for PyTorchJobs (`spec.pytorchReplicaSpecs`).
@@ -68,6 +70,7 @@ pub static PYTORCH_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &PYTORCH_JOB_KIND,
     replica_specs: "pytorchReplicaSpecs",
     launcher: None,
+    hold: KUBEFLOW_HOLD,
 };
 
 /// Adapter for MPIJobs (`spec.mpiReplicaSpecs`: `Launcher` and `Worker`).
@@ -75,9 +78,19 @@ pub static MPI_JOB: KubeflowJobAdapter = KubeflowJobAdapter {
     kind: &MPI_JOB_KIND,
     replica_specs: "mpiReplicaSpecs",
     launcher: Some("Launcher"),
+    hold: KUBEFLOW_HOLD,
 };
 
-const RUN_POLICY_SUSPEND: [&str; 3] = ["spec", "runPolicy", "suspend"];
+const RUN_POLICY_SUSPEND: FieldPath = &["spec", "runPolicy", "suspend"];
+
+/// The suspend annotation (for operators that predate `runPolicy.suspend`)
+/// and `runPolicy.suspend`. A job without the field stays held by the
+/// annotation: a CRD older than `runPolicy.suspend` prunes it, leaving the
+/// annotation as the only marker the operator reads.
+const KUBEFLOW_HOLD: HoldStyle = HoldStyle::AnnotationAndField {
+    field: RUN_POLICY_SUSPEND,
+    absent_field_holds: true,
+};
 
 impl KubeflowJobAdapter {
     /// The replica specs sorted by replica type, each with its JSON path.
@@ -103,26 +116,8 @@ impl JobAdapter for KubeflowJobAdapter {
         self.kind
     }
 
-    fn hold(&self, job: &mut Value) {
-        set_annotation(job, SUSPEND_ANNOTATION, "true");
-        set_path(job, &RUN_POLICY_SUSPEND, json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        remove_annotation(job, SUSPEND_ANNOTATION);
-        set_path(job, &RUN_POLICY_SUSPEND, json!(false));
-    }
-
-    /// Held while the annotation is `"true"` and `runPolicy.suspend` is not
-    /// `false`: removing the annotation or setting the field to `false` lifts
-    /// the hold. An absent field still holds, because a CRD older than
-    /// `runPolicy.suspend` prunes it and leaves the annotation as the only marker.
-    fn is_held(&self, job: &Value) -> bool {
-        annotation_holds(job, &RUN_POLICY_SUSPEND)
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND_ANNOTATION_PATH, &RUN_POLICY_SUSPEND]
+    fn hold_style(&self) -> HoldStyle {
+        self.hold
     }
 
     /// One pod set per replica type (sorted by name), `replicas` pods (default 1).
@@ -147,8 +142,8 @@ impl JobAdapter for KubeflowJobAdapter {
             .collect()
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&RUN_POLICY_SUSPEND, &["status", "conditions"]]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "conditions"]]
     }
 
     /// From the job's conditions: `Succeeded`/`Failed` end it; `Running` (and
@@ -208,11 +203,15 @@ impl JobAdapter for KubeflowJobAdapter {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::jobs::json::{remove_annotation, set_annotation, set_path};
     use crate::jobs::test_support::{
         GI, assert_hold_release, container, gpu_container, malformed, pod_template,
     };
     use crate::jobs::total_resources;
+    use crate::keys::SUSPEND_ANNOTATION;
 
     fn tfjob() -> Value {
         json!({
@@ -302,7 +301,7 @@ mod tests {
         remove_annotation(&mut no_annotation, SUSPEND_ANNOTATION);
         assert!(!TF_JOB.is_held(&no_annotation));
         let mut no_suspend = held.clone();
-        set_path(&mut no_suspend, &RUN_POLICY_SUSPEND, json!(false));
+        set_path(&mut no_suspend, RUN_POLICY_SUSPEND, json!(false));
         assert!(!TF_JOB.is_held(&no_suspend));
         let mut wrong_value = held.clone();
         set_annotation(&mut wrong_value, SUSPEND_ANNOTATION, "false");
@@ -316,7 +315,7 @@ mod tests {
         assert!(TF_JOB.is_held(&pruned));
         // The field alone does not.
         let mut only_field = tfjob();
-        set_path(&mut only_field, &RUN_POLICY_SUSPEND, json!(true));
+        set_path(&mut only_field, RUN_POLICY_SUSPEND, json!(true));
         assert!(!TF_JOB.is_held(&only_field));
     }
 

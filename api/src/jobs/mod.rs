@@ -14,6 +14,7 @@ use crate::resources::{QuantityError, Resources};
 pub mod argo;
 pub mod batch_job;
 pub mod guard;
+pub mod hold;
 pub mod jobset;
 pub mod json;
 pub mod kubeflow;
@@ -30,6 +31,7 @@ pub mod trainjob;
 pub mod unit;
 pub mod watched;
 
+pub use hold::{FieldPath, HoldStyle, HoldWrite, merge_patch};
 pub use json::{annotation, remove_annotation, set_annotation, set_path};
 pub use pod_request::{pod_spec_requests, pod_template_requests};
 pub use registry::{all, extensions, for_api_version, for_extension, for_kind, for_resource};
@@ -132,127 +134,55 @@ pub fn attach_size_input(job: &mut Value, input: Value) {
     }
 }
 
-/// The labels that name a pod's group for [`JobAdapter::pod_group`]: a pod
-/// watcher keeps the value of these and no other label.
-pub const POD_GROUP_LABELS: &[&str] = &["ray.io/cluster"];
-
-/// A write that lifts or puts back a job's hold without reading the job
-/// first (the scheduler's release and send-back).
-#[derive(Clone, Debug, PartialEq)]
-pub enum HoldWrite {
-    /// An RFC 7386 merge patch.
-    Merge(Value),
-    /// A Kubernetes strategic merge patch (core kinds only).
-    Strategic(Value),
-    /// The hold cannot be put back (a Pod's scheduling gate): the object is
-    /// deleted instead.
-    Delete,
-}
-
-/// The merge patch turning a job held by `adapter` into a released one
-/// (`release`), or back (`!release`), from the fields its hold sets.
-fn marker_patch(adapter: &dyn JobAdapter, release: bool) -> HoldWrite {
-    let mut held = Value::Object(Default::default());
-    adapter.hold(&mut held);
-    let mut released = held.clone();
-    adapter.release(&mut released);
-    HoldWrite::Merge(if release {
-        merge_patch(&held, &released)
-    } else {
-        merge_patch(&released, &held)
-    })
-}
-
 /// The write that lifts `adapter`'s hold (the scheduler's release).
 pub fn release_write(adapter: &dyn JobAdapter) -> HoldWrite {
-    adapter
-        .custom_release_write()
-        .unwrap_or_else(|| marker_patch(adapter, true))
+    adapter.hold_style().release_write()
 }
 
 /// The write that puts `adapter`'s hold back (the scheduler's send-back).
 pub fn hold_write(adapter: &dyn JobAdapter) -> HoldWrite {
-    adapter
-        .custom_hold_write()
-        .unwrap_or_else(|| marker_patch(adapter, false))
+    adapter.hold_style().hold_write()
 }
 
-/// An RFC 7386 merge patch turning `from` into `to` (objects only).
-pub fn merge_patch(from: &Value, to: &Value) -> Value {
-    match (from, to) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut patch = serde_json::Map::new();
-            for (k, v) in b {
-                match a.get(k) {
-                    Some(old) if old == v => {}
-                    Some(old) if old.is_object() && v.is_object() => {
-                        patch.insert(k.clone(), merge_patch(old, v));
-                    }
-                    _ => {
-                        patch.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            for k in a.keys() {
-                if !b.contains_key(k) {
-                    patch.insert(k.clone(), Value::Null);
-                }
-            }
-            Value::Object(patch)
-        }
-        (_, to) => to.clone(),
-    }
-}
+/// The labels that name a pod's group for [`JobAdapter::pod_group`]: a pod
+/// watcher keeps the value of these and no other label.
+pub const POD_GROUP_LABELS: &[&str] = &["ray.io/cluster"];
 
 /// What Koord-Queue needs to know about one job kind.
 pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
     fn kind(&self) -> &'static JobKind;
 
-    /// Edits `job` so that it is held (architecture §5 "Hold on admit").
-    /// Idempotent. By default the native `spec.suspend: true` most kinds
-    /// have (batch Job, JobSet, TrainJob, RayCluster, Workflow); kinds held
-    /// otherwise override all four hold methods.
+    /// How this kind is held (architecture §5 "Hold on admit"): a
+    /// description, which [`HoldStyle`] carries out for every kind. By
+    /// default the native `spec.suspend` most kinds have (batch Job, JobSet,
+    /// TrainJob, RayCluster, Workflow).
+    fn hold_style(&self) -> HoldStyle {
+        HoldStyle::SPEC_SUSPEND
+    }
+
+    /// Edits `job` so that it is held. Idempotent. Not overridden: a kind
+    /// describes its hold in [`JobAdapter::hold_style`].
     fn hold(&self, job: &mut Value) {
-        set_path(job, &json::SPEC_SUSPEND, Value::Bool(true));
+        self.hold_style().hold(job);
     }
 
     /// Edits `job` so that it is released (architecture §5 "Release").
-    /// Idempotent. By default `spec.suspend: false`.
+    /// Idempotent. Not overridden, like [`JobAdapter::hold`].
     fn release(&self, job: &mut Value) {
-        set_path(job, &json::SPEC_SUSPEND, Value::Bool(false));
+        self.hold_style().release(job);
     }
 
-    /// Whether `job` is held: every marker that [`JobAdapter::hold`] sets is
-    /// present, so removing any one of them (say, the suspend annotation)
-    /// counts as lifting the hold. For kinds held by the annotation plus a
-    /// newer native field (Kubeflow, Spark) an absent field still holds, since
-    /// older CRDs prune it; setting it to `false` does not. By default
-    /// `spec.suspend` is true.
+    /// Whether `job` is held ([`HoldStyle::is_held`]). Not overridden.
     fn is_held(&self, job: &Value) -> bool {
-        json::is_true(job, &json::SPEC_SUSPEND)
+        self.hold_style().is_held(job)
     }
 
     /// The JSON paths (from the object's root) that [`JobAdapter::hold`] sets:
     /// the markers of the hold. Changing any of them is lifting the hold
-    /// ([`guard::loosens_hold`]), which only the scheduler may do. By
-    /// default `spec.suspend`.
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&json::SPEC_SUSPEND]
-    }
-
-    /// The write that lifts the hold, when it is not the merge patch of the
-    /// hold's markers ([`JobAdapter::hold_fields`]) from held to released;
-    /// [`release_write`] gives the one to send.
-    fn custom_release_write(&self) -> Option<HoldWrite> {
-        None
-    }
-
-    /// The write that puts the hold back on a released job, when it is not
-    /// the merge patch of the markers from released to held;
-    /// [`hold_write`] gives the one to send.
-    fn custom_hold_write(&self) -> Option<HoldWrite> {
-        None
+    /// ([`guard::loosens_hold`]), which only the scheduler may do.
+    fn hold_fields(&self) -> Vec<FieldPath> {
+        self.hold_style().markers()
     }
 
     /// The longest `job` runs once released, in seconds, when its own
@@ -264,8 +194,8 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
 
     /// Why `job` cannot be held, if it cannot (a Pod that names its node
     /// would never meet the scheduler that its gate stops).
-    fn cannot_hold(&self, _job: &Value) -> Option<String> {
-        None
+    fn cannot_hold(&self, job: &Value) -> Option<String> {
+        self.hold_style().cannot_hold(job)
     }
 
     /// Whether the webhook labels this kind's queued objects
@@ -284,15 +214,23 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The job's state from its status.
     fn state(&self, job: &Value) -> JobState;
 
-    /// The fields (JSON paths from the object's root) that
-    /// [`JobAdapter::is_held`] and [`JobAdapter::state`] read, apart from the
-    /// annotations: a watcher keeps these and drops the rest of each job
-    /// ([`watched::WatchedJob`]).
-    fn state_fields(&self) -> &'static [&'static [&'static str]];
+    /// The fields (JSON paths from the object's root) of its status that
+    /// [`JobAdapter::state`] and [`JobAdapter::pod_group`] read.
+    fn status_fields(&self) -> &'static [FieldPath];
+
+    /// The fields that [`JobAdapter::is_held`] and [`JobAdapter::state`]
+    /// read, apart from the annotations: the hold's field and the
+    /// [`JobAdapter::status_fields`]. A watcher keeps these and drops the
+    /// rest of each job ([`watched::WatchedJob`]).
+    fn state_fields(&self) -> Vec<FieldPath> {
+        let mut fields = vec![self.hold_style().field()];
+        fields.extend_from_slice(self.status_fields());
+        fields
+    }
 
     /// The pods that keep running on this job's quota without being its own
     /// (controller-owned) pods: a label and its value, read from the kept
-    /// [`JobAdapter::state_fields`]. A RayJob's pods belong to its RayCluster
+    /// [`JobAdapter::status_fields`]. A RayJob's pods belong to its RayCluster
     /// (`ray.io/cluster=<status.rayClusterName>`), which may outlive the
     /// job's success; the unit keeps its quota while any of them runs. The
     /// label is one of [`POD_GROUP_LABELS`].

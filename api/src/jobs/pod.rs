@@ -13,10 +13,11 @@
 
 use serde_json::{Value, json};
 
+use super::hold::{FieldPath, HoldStyle};
 use super::json::get_path;
 use super::pod_group::{self, GroupSource, Membership};
 use super::pod_request::pod_spec_requests;
-use super::{AdapterError, HoldWrite, JobAdapter, JobKind, JobState, PodSetInfo, SizeInput};
+use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo, SizeInput};
 
 /// The `v1` Pod kind.
 pub static POD_KIND: JobKind = JobKind {
@@ -30,82 +31,18 @@ pub static POD_KIND: JobKind = JobKind {
 /// The scheduling gate that holds a queued pod.
 pub const SCHEDULING_GATE: &str = "koord-queue.x-k8s.io/admission";
 
-const GATES: [&str; 2] = ["spec", "schedulingGates"];
-
 /// Adapter for Pods.
 #[derive(Debug)]
 pub struct PodAdapter;
-
-impl PodAdapter {
-    fn gates(pod: &Value) -> &[Value] {
-        get_path(pod, &GATES)
-            .and_then(Value::as_array)
-            .map_or(&[], Vec::as_slice)
-    }
-
-    fn is_ours(gate: &Value) -> bool {
-        gate.get("name").and_then(Value::as_str) == Some(SCHEDULING_GATE)
-    }
-}
 
 impl JobAdapter for PodAdapter {
     fn kind(&self) -> &'static JobKind {
         &POD_KIND
     }
 
-    /// Appends the gate unless it is listed.
-    fn hold(&self, pod: &mut Value) {
-        if self.is_held(pod) {
-            return;
-        }
-        let mut gates = Self::gates(pod).to_vec();
-        gates.push(json!({ "name": SCHEDULING_GATE }));
-        super::set_path(pod, &GATES, Value::Array(gates));
-    }
-
-    /// Removes the gate, keeping every other.
-    fn release(&self, pod: &mut Value) {
-        if !self.is_held(pod) {
-            return;
-        }
-        let gates: Vec<Value> = Self::gates(pod)
-            .iter()
-            .filter(|g| !Self::is_ours(g))
-            .cloned()
-            .collect();
-        super::set_path(pod, &GATES, Value::Array(gates));
-    }
-
-    fn is_held(&self, pod: &Value) -> bool {
-        Self::gates(pod).iter().any(Self::is_ours)
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&GATES]
-    }
-
-    /// Only the gate named here goes; a merge patch would replace the list.
-    fn custom_release_write(&self) -> Option<HoldWrite> {
-        Some(HoldWrite::Strategic(json!({ "spec": { "schedulingGates": [
-            { "$patch": "delete", "name": SCHEDULING_GATE }
-        ]}})))
-    }
-
-    fn custom_hold_write(&self) -> Option<HoldWrite> {
-        Some(HoldWrite::Delete)
-    }
-
-    fn cannot_hold(&self, pod: &Value) -> Option<String> {
-        get_path(pod, &["spec", "nodeName"])
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .map(|node| {
-                format!(
-                    "it names its node ({node}) in spec.nodeName, which bypasses kube-scheduler and so \
-                     the queue's scheduling gate; a queued Pod is placed once released: name the node \
-                     with a nodeSelector or node affinity instead"
-                )
-            })
+    /// The gate [`SCHEDULING_GATE`], which the release removes alone.
+    fn hold_style(&self) -> HoldStyle {
+        HoldStyle::SchedulingGate(SCHEDULING_GATE)
     }
 
     fn labels_queued(&self) -> bool {
@@ -156,8 +93,8 @@ impl JobAdapter for PodAdapter {
         }
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&GATES, &["status", "phase"]]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "phase"]]
     }
 
     fn state(&self, pod: &Value) -> JobState {
@@ -185,6 +122,7 @@ impl JobAdapter for PodAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::HoldWrite;
     use crate::jobs::pod_group::unit_pod_sets;
     use crate::jobs::test_support::{GI, container};
     use crate::jobs::total_resources;

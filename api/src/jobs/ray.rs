@@ -7,14 +7,13 @@ use serde_json::{Value, json};
 
 use super::batch_job::BATCH_JOB_KIND;
 use super::guard::pod_sets_total;
+use super::hold::{FieldPath, HoldStyle, SPEC_SUSPEND};
 use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation, field, get_path, invalid, is_true, opt_array, opt_count,
-    opt_object, opt_str, remove_annotation, set_annotation, set_path, template,
+    field, get_path, invalid, is_true, opt_array, opt_count, opt_object, opt_str, template,
     template_priority_class,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
-use crate::keys::SUSPEND_ANNOTATION;
 use crate::resources::Resources;
 
 /// The `ray.io/v1` RayJob kind.
@@ -43,30 +42,21 @@ pub struct RayJobAdapter;
 #[derive(Debug)]
 pub struct RayClusterAdapter;
 
-use super::json::SPEC_SUSPEND as SUSPEND;
+/// `spec.suspend` and the suspend annotation. Unlike Kubeflow's and Spark's,
+/// the field is in every `ray.io/v1` CRD and is what KubeRay reads: a RayJob
+/// without it was unsuspended (KubeRay runs it), so it is not held.
+const RAY_JOB_HOLD: HoldStyle = HoldStyle::AnnotationAndField {
+    field: SPEC_SUSPEND,
+    absent_field_holds: false,
+};
 
 impl JobAdapter for RayJobAdapter {
     fn kind(&self) -> &'static JobKind {
         &RAY_JOB_KIND
     }
 
-    fn hold(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(true));
-        set_annotation(job, SUSPEND_ANNOTATION, "true");
-    }
-
-    fn release(&self, job: &mut Value) {
-        set_path(job, &SUSPEND, json!(false));
-        remove_annotation(job, SUSPEND_ANNOTATION);
-    }
-
-    /// Held only while both markers are set.
-    fn is_held(&self, job: &Value) -> bool {
-        is_true(job, &SUSPEND) && annotation(job, SUSPEND_ANNOTATION) == Some("true")
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND, &SUSPEND_ANNOTATION_PATH]
+    fn hold_style(&self) -> HoldStyle {
+        RAY_JOB_HOLD
     }
 
     /// The pods of `spec.rayClusterSpec` (a RayJob without one runs on an
@@ -98,9 +88,8 @@ impl JobAdapter for RayJobAdapter {
         Ok(sets)
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
+    fn status_fields(&self) -> &'static [FieldPath] {
         &[
-            &SUSPEND,
             &["status", "jobDeploymentStatus"],
             &["status", "jobStatus"],
             &["status", "rayClusterName"],
@@ -186,8 +175,8 @@ impl JobAdapter for RayClusterAdapter {
         cluster_pod_sets(get_path(job, &["spec"]).unwrap_or(&Value::Null), "spec")
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND, &["status", "state"]]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "state"]]
     }
 
     /// A cluster never finishes: it runs (`status.state: ready`) until deleted.
@@ -312,6 +301,7 @@ mod tests {
         GI, assert_hold_release, container, gpu_container, malformed, pod_template,
     };
     use crate::jobs::total_resources;
+    use crate::keys::SUSPEND_ANNOTATION;
 
     fn cluster_spec() -> Value {
         json!({

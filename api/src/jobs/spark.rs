@@ -5,14 +5,13 @@
 
 use serde_json::{Map, Value, json};
 
+use super::hold::{FieldPath, HoldStyle, SPEC_SUSPEND};
 use super::json::{
-    SUSPEND_ANNOTATION_PATH, annotation_holds, field, get_path, invalid, is_true, non_empty,
-    opt_array, opt_count, opt_i64, opt_object, opt_str, remove_annotation, set_annotation,
-    set_path,
+    field, get_path, invalid, is_true, non_empty, opt_array, opt_count, opt_i64, opt_object,
+    opt_str,
 };
 use super::pod_request::template_requests_at;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo};
-use crate::keys::SUSPEND_ANNOTATION;
 use crate::resources::{format_quantity, parse_quantity};
 
 /// The `sparkoperator.k8s.io/v1beta2` SparkApplication kind.
@@ -29,7 +28,12 @@ pub static SPARK_APPLICATION_KIND: JobKind = JobKind {
 #[derive(Debug)]
 pub struct SparkApplicationAdapter;
 
-const SUSPEND: [&str; 2] = ["spec", "suspend"];
+/// The suspend annotation and `spec.suspend`. A job without the field stays
+/// held by the annotation: CRDs older than spark-operator 2.4 prune it.
+const SPARK_HOLD: HoldStyle = HoldStyle::AnnotationAndField {
+    field: SPEC_SUSPEND,
+    absent_field_holds: true,
+};
 const MIB: i64 = 1 << 20;
 /// Spark's minimum memory overhead per pod (`MEMORY_OVERHEAD_MIN_MIB`).
 const MIN_OVERHEAD_MIB: i64 = 384;
@@ -63,25 +67,8 @@ impl JobAdapter for SparkApplicationAdapter {
         &SPARK_APPLICATION_KIND
     }
 
-    fn hold(&self, job: &mut Value) {
-        set_annotation(job, SUSPEND_ANNOTATION, "true");
-        set_path(job, &SUSPEND, json!(true));
-    }
-
-    fn release(&self, job: &mut Value) {
-        remove_annotation(job, SUSPEND_ANNOTATION);
-        set_path(job, &SUSPEND, json!(false));
-    }
-
-    /// Held while the annotation is `"true"` and `spec.suspend` is not
-    /// `false`. An absent `spec.suspend` still holds: CRDs older than
-    /// spark-operator 2.4 prune it, leaving the annotation as the only marker.
-    fn is_held(&self, job: &Value) -> bool {
-        annotation_holds(job, &SUSPEND)
-    }
-
-    fn hold_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND_ANNOTATION_PATH, &SUSPEND]
+    fn hold_style(&self) -> HoldStyle {
+        SPARK_HOLD
     }
 
     /// `driver` (one pod) and `executor` (`spec.executor.instances`, default 1;
@@ -111,8 +98,8 @@ impl JobAdapter for SparkApplicationAdapter {
         Ok(sets)
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[&SUSPEND, &["status", "applicationState", "state"]]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "applicationState", "state"]]
     }
 
     /// From `status.applicationState.state`. `SUCCEEDING`/`FAILING` (the driver
@@ -496,6 +483,7 @@ mod tests {
     use super::*;
     use crate::jobs::test_support::{GI, MI, assert_hold_release};
     use crate::jobs::total_resources;
+    use crate::keys::SUSPEND_ANNOTATION;
 
     fn app() -> Value {
         json!({

@@ -16,7 +16,9 @@ use super::jobset::{JOBSET_KIND, ReplicatedJob, pod_sets_of, replicated_jobs};
 use super::json::{
     field, get_path, invalid, non_empty, opt_count, set_path, template_priority_class,
 };
-use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo, SIZE_INPUT_KEY, SizeInput};
+use super::{
+    AdapterError, FieldPath, JobAdapter, JobKind, JobState, PodSetInfo, SIZE_INPUT_KEY, SizeInput,
+};
 use crate::resources::Resources;
 
 /// The `trainer.kubeflow.org/v1alpha1` TrainJob kind.
@@ -208,12 +210,8 @@ impl JobAdapter for TrainJobAdapter {
         pod_sets_of(&jobs)
     }
 
-    fn state_fields(&self) -> &'static [&'static [&'static str]] {
-        &[
-            &["spec", "suspend"],
-            &["status", "conditions"],
-            &["status", "jobsStatus"],
-        ]
+    fn status_fields(&self) -> &'static [FieldPath] {
+        &[&["status", "conditions"], &["status", "jobsStatus"]]
     }
 
     /// `Complete`/`Failed` conditions end it; an active or ready Job of its

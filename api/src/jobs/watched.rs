@@ -95,7 +95,7 @@ static STATE_FIELDS: LazyLock<FieldTree> = LazyLock::new(|| {
     FieldTree::of(
         super::all()
             .iter()
-            .flat_map(|adapter| adapter.state_fields().iter().copied()),
+            .flat_map(|adapter| adapter.state_fields()),
     )
 });
 
