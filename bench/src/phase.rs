@@ -328,7 +328,7 @@ pub async fn run(
         .then(kueue::Install::find)
         .transpose()?;
     let shape = if kind == PhaseKind::Kueue {
-        Arc::new(shape.for_kueue())
+        Arc::new(shape.with_queue_labels(kueue::JOB_LABELS))
     } else {
         shape
     };

@@ -12,6 +12,17 @@ use serde::Serialize;
 /// the job's class.
 pub const CLASS_LABEL: &str = "koord-queue-bench/class";
 
+/// The labels by which a queue system other than Koord-Queue (Kueue, in
+/// the comparison) takes a job: one names its queue, one its priority
+/// class, whose name is the job's class's. Koord-Queue reads neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLabels {
+    /// The label that names the queue, and the queue it names.
+    pub queue: (&'static str, &'static str),
+    /// The label that names the priority class.
+    pub priority_class: &'static str,
+}
+
 /// A workload class of Kueue's baseline.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Class {
@@ -121,9 +132,9 @@ pub struct Shape {
     pub root_cpu: u32,
     /// Every job.
     pub jobs: Vec<PlannedJob>,
-    /// Job manifests carry Kueue's queue and priority labels (the Kueue
-    /// phase of the comparison).
-    pub kueue_labels: bool,
+    /// Labels every job manifest carries for another queue system (the
+    /// Kueue phase of the comparison); `None`: Koord-Queue's jobs.
+    pub queue_labels: Option<QueueLabels>,
     /// Each job's `activeDeadlineSeconds` is its class's runtime times this,
     /// rounded up to whole seconds (`--run-bound-factor`): the bound a
     /// reserving head backfills by. `None`: unbounded, as in Kueue's shape.
@@ -235,18 +246,18 @@ impl Shape {
             root_cpu,
             leaves,
             jobs,
-            kueue_labels: false,
+            queue_labels: None,
             run_bound_factor: None,
             index,
             leaf_index,
         }
     }
 
-    /// The same shape with jobs queued in Kueue (its LocalQueue and
-    /// WorkloadPriorityClass labels added to every job).
-    pub fn for_kueue(&self) -> Self {
+    /// The same shape with jobs queued by another queue system: its
+    /// `labels` added to every job.
+    pub fn with_queue_labels(&self, labels: QueueLabels) -> Self {
         Self {
-            kueue_labels: true,
+            queue_labels: Some(labels),
             ..self.clone()
         }
     }
@@ -331,13 +342,13 @@ impl Shape {
         if let Some(bound) = self.run_bound_seconds(class) {
             manifest["spec"]["activeDeadlineSeconds"] = bound.into();
         }
-        if self.kueue_labels
-            && let (Some(labels), Some(kueue)) = (
-                manifest["metadata"]["labels"].as_object_mut(),
-                crate::kueue::job_labels(class.name).as_object(),
-            )
-        {
-            labels.extend(kueue.clone());
+        if let (Some(queue_labels), Some(labels)) = (
+            self.queue_labels,
+            manifest["metadata"]["labels"].as_object_mut(),
+        ) {
+            let (queue_label, queue) = queue_labels.queue;
+            labels.insert(queue_label.to_string(), queue.into());
+            labels.insert(queue_labels.priority_class.to_string(), class.name.into());
         }
         manifest
     }
@@ -345,7 +356,7 @@ impl Shape {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{CLASS_LABEL, CLASSES, QueueLabels, Result, Shape, parse_scale};
 
     #[test]
     fn baseline_matches_kueue() -> Result<()> {
@@ -375,6 +386,22 @@ mod tests {
         assert_eq!(shape.root_cpu, 20_000);
         assert!(shape.parents.iter().all(|p| p.cpu == 2000));
         assert!(parse_scale("x").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn another_queue_systems_labels_name_its_queue_and_the_class() -> Result<()> {
+        let shape = Shape::new("t", 300, 30, 5)?;
+        let labels = |s: &Shape| s.job_manifest(0, false)["metadata"]["labels"].clone();
+        assert!(labels(&shape)["q.example/queue"].is_null());
+        let queued = shape.with_queue_labels(QueueLabels {
+            queue: ("q.example/queue", "bench"),
+            priority_class: "q.example/priority",
+        });
+        let l = labels(&queued);
+        assert_eq!(l["q.example/queue"], "bench");
+        assert_eq!(l["q.example/priority"], CLASSES[queued.jobs[0].class].name);
+        assert_eq!(l[CLASS_LABEL], CLASSES[queued.jobs[0].class].name);
         Ok(())
     }
 

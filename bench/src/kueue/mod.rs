@@ -24,6 +24,8 @@ use anyhow::{Context, Result, bail};
 use koord_queue_tests::ControlPlane;
 use koord_queue_tests::process::{Process, free_port};
 
+use crate::shape::{QueueLabels, Shape};
+
 /// Kueue's API group.
 pub const GROUP: &str = "kueue.x-k8s.io";
 /// The version Kueue v0.17.0 stores (no conversion webhook needed).
@@ -32,20 +34,21 @@ pub const VERSION: &str = "v1beta2";
 pub const KUEUE_VERSION: &str = "v0.17.0";
 /// The LocalQueue of every leaf's namespace.
 pub const LOCAL_QUEUE: &str = "bench";
-/// Kueue's own namespace.
 /// Where Kueue's manager reads its metrics certificate (not configurable).
 const METRICS_CERT_DIR: &str = "/etc/kueue/metrics/certs";
+/// Kueue's own namespace.
 pub const NAMESPACE: &str = "kueue-system";
 /// The job label that names the LocalQueue.
 pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// The job label that names the WorkloadPriorityClass.
 pub const PRIORITY_LABEL: &str = "kueue.x-k8s.io/priority-class";
 
-/// Labels that queue a job manifest in Kueue: its LocalQueue and its
-/// class's WorkloadPriorityClass.
-pub fn job_labels(class: &str) -> serde_json::Value {
-    serde_json::json!({ QUEUE_LABEL: LOCAL_QUEUE, PRIORITY_LABEL: class })
-}
+/// The labels that queue a job in Kueue: its LocalQueue, and its class's
+/// WorkloadPriorityClass (one per class, of the class's name).
+pub const JOB_LABELS: QueueLabels = QueueLabels {
+    queue: (QUEUE_LABEL, LOCAL_QUEUE),
+    priority_class: PRIORITY_LABEL,
+};
 
 /// Kueue's client rate limits: the shipped manager configuration's
 /// (`config/components/manager/controller_manager_config.yaml`), which its
@@ -160,7 +163,7 @@ impl Kueue {
     pub async fn start(
         cp: &ControlPlane,
         admin: &kube::Client,
-        shape: &super::shape::Shape,
+        shape: &Shape,
         install: &Install,
     ) -> Result<Self> {
         setup::apply_crds(admin, install).await?;

@@ -11,8 +11,8 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
-use super::super::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 use super::{GROUP, Install, LOCAL_QUEUE, QUEUE_LABEL, VERSION};
+use crate::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 use koord_queue_tests::fixtures;
 use koord_queue_tests::process::Process;
 
