@@ -61,7 +61,7 @@ impl Controller {
                     }
                 }
                 if let Some((old, new)) = reindex {
-                    self.index_unit(&k, &old, &new);
+                    self.pods.index_unit(&k, &old, &new);
                 }
                 self.reconcile(&k);
             }
@@ -69,7 +69,7 @@ impl Controller {
                 let k = key(&ns, &name);
                 if let Some(st) = self.units.remove(&k) {
                     let old: Vec<String> = st.rec.job_uids().map(str::to_string).collect();
-                    self.index_unit(&k, &old, &[]);
+                    self.pods.index_unit(&k, &old, &[]);
                     // Its quota goes with its pods, not with the object.
                     if st.member != Membership::Absent && !self.linger(&k, &st) {
                         self.core.remove_unit(&k);

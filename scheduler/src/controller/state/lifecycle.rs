@@ -20,13 +20,7 @@ impl Controller {
         if let Some(group) = job.and_then(group_of) {
             st.pod_group = Some(group);
         }
-        let pods_alive = unit_pods_alive(
-            &self.pods,
-            &self.pod_groups,
-            &st.rec,
-            st.pod_group.as_ref(),
-            job,
-        );
+        let pods_alive = self.pods.unit_alive(&st.rec, st.pod_group.as_ref(), job);
         let job_finished = job.is_some_and(|j| finished(j.state));
         // A Running phase still waiting for a slot is moot once the job has
         // finished: withdrawn, the Succeed/Failed write takes its place.
@@ -120,7 +114,7 @@ impl Controller {
             rec: &st.rec,
             job,
             queue: self.queues.get(queue_of(&st.rec)),
-            pods: job.and_then(|j| self.pods.get(&j.uid)),
+            pods: job.and_then(|j| self.pods.of_job(&j.uid)),
             pods_alive: self.unit_pods_alive(st, job),
             suspended_again: st.held_job_was_suspended_again(),
             found_released: !st.released_here && !st.release_ack,

@@ -301,20 +301,11 @@ pub struct Controller {
     to_enqueue: HashSet<Key>,
     /// Units whose next step depends on the clock (backoff, timeouts).
     timed: HashSet<Key>,
-    /// Pods of queued jobs by the job's uid (strict dequeue).
-    pods: HashMap<String, HashMap<String, PodRecord>>,
+    /// Pods of queued jobs and the indexes that find their units (see
+    /// `pods.rs`).
+    pods: Pods,
     /// Job kinds whose API fails now (see `failing.rs`).
     failing_kinds: HashSet<&'static str>,
-    /// Jobs by uid and by pod group (see `pods.rs`).
-    jobs_by_uid: HashMap<String, JobKey>,
-    /// Units by the uids of their jobs (see `pods.rs`): found by a pod
-    /// also once the job is gone.
-    units_by_uid: HashMap<String, Key>,
-    jobs_by_group: HashMap<PodGroup, JobKey>,
-    /// Running pods per pod group.
-    pod_groups: HashMap<PodGroup, usize>,
-    /// Deleted units whose job's pods still run (see `pods.rs`).
-    lingering: Vec<Lingering>,
     /// Pod groups' members (see `groups.rs`).
     groups: groups::Groups,
 }
@@ -374,13 +365,8 @@ impl Controller {
             retry: HashSet::new(),
             to_enqueue: HashSet::new(),
             timed: HashSet::new(),
-            pods: HashMap::new(),
+            pods: Pods::default(),
             failing_kinds: HashSet::new(),
-            jobs_by_uid: HashMap::new(),
-            units_by_uid: HashMap::new(),
-            jobs_by_group: HashMap::new(),
-            pod_groups: HashMap::new(),
-            lingering: Vec::new(),
             groups: groups::Groups::default(),
         }
     }

@@ -112,12 +112,7 @@ impl Controller {
     }
 
     pub(super) fn pods_relisted(&mut self, listed: &Listed) {
-        let gone = not_listed(
-            self.pods
-                .values()
-                .flat_map(|pods| pods.values().map(|p| (p.namespace.clone(), p.name.clone()))),
-            listed,
-        );
+        let gone = not_listed(self.pods.names(), listed);
         self.count_relist("pods", gone.len());
         for (ns, name) in gone {
             self.on_pod(Change::Deleted(ns, name));
