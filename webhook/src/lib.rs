@@ -23,6 +23,7 @@ mod size_inputs;
 mod stored_unit;
 mod unit_creator;
 mod update;
+mod verdict;
 mod view;
 
 use std::net::SocketAddr;
@@ -35,7 +36,7 @@ use koord_queue_certs::{CertPaths, CertReloader};
 use koord_queue_runtime::{AdminServer, Readiness, admin_router, init_logging, shutdown_signal};
 use prometheus_client::registry::Registry;
 
-pub use admit::{RequestObjects, Verdict, decide, unit_name};
+pub use admit::{decide, unit_name};
 pub use api_access::{ApiAccess, Created, KubeApi};
 pub use args::Args;
 pub use caches::Caches;
@@ -46,6 +47,7 @@ pub use review_budget::{DEFAULT_MAX_REVIEW_BYTES, PARSE_OVERHEAD};
 pub use server::{Limits, router, router_with_limits, serve_tls};
 pub use service::Webhook;
 pub use unit_creator::{CreatorConfig, UnitCreator};
+pub use verdict::{RequestObjects, Verdict};
 pub use view::{ClusterView, QuotaInfo};
 
 /// Readiness condition: informer caches have their initial lists.

@@ -10,8 +10,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 
-use crate::admit::RequestObjects;
 use crate::service::Webhook;
+use crate::verdict::RequestObjects;
 use crate::view::{ClusterView, QuotaInfo};
 
 impl Webhook {

@@ -15,13 +15,14 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde_json::Value;
 use tracing::{Instrument, field};
 
-use crate::admit::{self, GroupMember, RequestObjects, Verdict};
+use crate::admit;
 use crate::api_access::ApiAccess;
 use crate::children::{self, ChildLedger};
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::ownership::{self, ChildClaim, NotProven, Proof};
 use crate::policy::Policy;
 use crate::unit_creator::UnitCreator;
+use crate::verdict::{GroupMember, RequestObjects, Verdict};
 use crate::view::ClusterView;
 
 /// Everything a review needs; shared by all requests.

@@ -18,9 +18,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 
-use crate::admit::{RequestObjects, Verdict, object_json};
 use crate::ownership;
 use crate::policy::Policy;
+use crate::verdict::{RequestObjects, Verdict, object_json};
 
 /// An UPDATE of a job of an enabled kind.
 pub(crate) fn decide_update(
