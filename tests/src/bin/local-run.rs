@@ -2,8 +2,8 @@
 //!
 //! Starts the tier 2 control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, kwok with fake nodes), installs
-//! the Helm chart into it (CRDs, RBAC, the webhook configuration for all
-//! seven job kinds, flow control; its Deployments at 0 replicas since no
+//! the Helm chart into it (CRDs, RBAC, the webhook configuration for every
+//! job kind but LeaderWorkerSet (`install::ALL_KINDS`), flow control; its Deployments at 0 replicas since no
 //! image is built here), and runs the webhook and the scheduler in this
 //! process with the flags of the chart's Deployments and the identities of
 //! its ServiceAccounts (TokenRequest tokens, not admin). Creates a demo
