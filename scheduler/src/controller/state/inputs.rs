@@ -100,7 +100,7 @@ impl Controller {
             // that its next members queue again (see `decide.rs`).
             return;
         }
-        self.unit_gone.insert(job.key());
+        self.repair.unit_gone(job.key());
         if job.deleting
             || matches!(job.state, JobState::Succeeded | JobState::Failed)
             || !self.leads()
@@ -158,8 +158,7 @@ impl Controller {
     }
 
     fn job_deleted(&mut self, job_key: &JobKey) {
-        self.unit_gone.remove(job_key);
-        self.missing_unit_since.remove(job_key);
+        self.repair.job_deleted(job_key);
         self.index_job(job_key, None);
         if let Some(rec) = self.jobs.remove(job_key) {
             let unit = rec.unit.clone();

@@ -22,6 +22,7 @@ mod repair;
 mod results;
 mod visibility;
 
+use repair::Repair;
 use visibility::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -52,20 +53,6 @@ use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDe
 pub const CACHES_SYNCED: &str = "caches synced";
 /// Readiness condition: the leader ran its first cycle (standbys: at once).
 pub const FIRST_CYCLE: &str = "first cycle";
-
-/// Minimum interval between two "Waiting" Events of one job.
-const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
-/// Only jobs younger than this get a missing unit re-created: the webhook's
-/// create of an answered job is late by seconds at most, while an old held
-/// job without its unit had it deleted (architecture §3 rule 3), perhaps while no
-/// scheduler was running to see it.
-const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
-
-/// How often every unit and job is looked at for a missing counterpart
-/// (orphan units, jobs without their unit): these wait out a grace period
-/// of seconds anyway, and on every 500 ms tick they were most of the
-/// housekeeping's 7 % of the scheduler's CPU in a saturated 15,000-job run.
-const MISSING_SCAN_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Tunables of the controller.
 #[derive(Clone, Debug)]
@@ -280,21 +267,10 @@ pub struct Controller {
     capacity: Option<RootCapacity>,
     cycle_due: Option<Instant>,
     ran_first_cycle: bool,
-    queue_writes: HashSet<String>,
-    queue_published: HashMap<String, Instant>,
-    /// Quota usage series published non-zero by the last metrics pass.
-    quota_used_series: HashSet<QuotaLabels>,
-    last_visibility_pass: Option<Instant>,
-    last_missing_scan: Option<Instant>,
-    /// Whether a visibility pass can find anything to write.
-    visibility: VisibilityGate,
-    /// Jobs whose unit existed and is gone (deleted, or missing under a
-    /// running job): held again once, never re-created (architecture §3 rule 3).
-    unit_gone: HashSet<JobKey>,
-    /// Held jobs whose unit has not appeared, since when.
-    missing_unit_since: HashMap<JobKey, Instant>,
-    /// Jobs whose unit is being re-created.
-    recreating: HashSet<JobKey>,
+    /// What the visibility passes keep (see `visibility.rs`).
+    visibility: Visibility,
+    /// What the repairs of missing units and jobs keep (see `repair.rs`).
+    repair: Repair,
     retry: HashSet<Key>,
     /// Adopted units whose phase Enqueued is not written yet: written after
     /// the next cycle unless it released them (then the release says it all).
@@ -353,15 +329,8 @@ impl Controller {
             capacity: None,
             cycle_due: None,
             ran_first_cycle: false,
-            queue_writes: HashSet::new(),
-            queue_published: HashMap::new(),
-            quota_used_series: HashSet::new(),
-            last_visibility_pass: None,
-            last_missing_scan: None,
-            visibility: VisibilityGate::default(),
-            unit_gone: HashSet::new(),
-            missing_unit_since: HashMap::new(),
-            recreating: HashSet::new(),
+            visibility: Visibility::default(),
+            repair: Repair::default(),
             retry: HashSet::new(),
             to_enqueue: HashSet::new(),
             timed: HashSet::new(),
@@ -551,10 +520,6 @@ impl Controller {
 
     // ---- cycles ---------------------------------------------------------------
 }
-
-/// Condition type on the Queue of a quota whose children's guaranteed
-/// minimum exceeds its own (they are then scaled down proportionally).
-pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
 
 /// The queue a unit is served in: its quota's queue (the ElasticQuota
 /// mapping), else the queue named in its spec.

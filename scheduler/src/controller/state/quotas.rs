@@ -86,7 +86,7 @@ impl Controller {
     pub(super) fn sync_queues_with_quotas(&mut self) {
         let mut writes = Vec::new();
         for quota in self.quotas.values() {
-            if quota.name == keys::ROOT_QUOTA_NAME || self.queue_writes.contains(&quota.name) {
+            if quota.name == keys::ROOT_QUOTA_NAME || self.visibility.queue_busy(&quota.name) {
                 continue;
             }
             let existing = self.queues.get(&quota.name);
@@ -118,7 +118,7 @@ impl Controller {
         for queue in self.queues.values() {
             if let Some(quota) = &queue.managed_for
                 && !self.quotas.contains_key(quota)
-                && !self.queue_writes.contains(&queue.name)
+                && !self.visibility.queue_busy(&queue.name)
             {
                 writes.push(Write::DeleteQueue {
                     name: queue.name.clone(),
@@ -127,7 +127,7 @@ impl Controller {
         }
         for w in writes {
             if let Write::EnsureQueue { name, .. } | Write::DeleteQueue { name } = &w {
-                self.queue_writes.insert(name.clone());
+                self.visibility.queue_write_sent(name);
             }
             self.writer.submit(w);
         }

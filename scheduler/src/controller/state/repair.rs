@@ -2,6 +2,73 @@
 
 use super::*;
 
+/// Only jobs younger than this get a missing unit re-created: the webhook's
+/// create of an answered job is late by seconds at most, while an old held
+/// job without its unit had it deleted (architecture §3 rule 3), perhaps while no
+/// scheduler was running to see it.
+const RECREATE_WINDOW_MS: i64 = 10 * 60 * 1000;
+
+/// How often every unit and job is looked at for a missing counterpart
+/// (orphan units, jobs without their unit): these wait out a grace period
+/// of seconds anyway, and on every 500 ms tick they were most of the
+/// housekeeping's 7 % of the scheduler's CPU in a saturated 15,000-job run.
+const MISSING_SCAN_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What the repairs keep between housekeeping ticks: which jobs lost their
+/// unit for good, which wait for theirs and since when, which get theirs
+/// re-created, and when jobs and units were last scanned for a missing
+/// counterpart.
+#[derive(Debug, Default)]
+pub(super) struct Repair {
+    /// Jobs whose unit existed and is gone (deleted, or missing under a
+    /// running job): held again once, never re-created (architecture §3 rule 3).
+    unit_gone: HashSet<JobKey>,
+    /// Held jobs whose unit has not appeared, since when.
+    missing_unit_since: HashMap<JobKey, Instant>,
+    /// Jobs whose unit is being re-created.
+    recreating: HashSet<JobKey>,
+    /// When the last scan for missing units ran.
+    last_scan: Option<Instant>,
+}
+
+impl Repair {
+    /// The unit of job `job` existed and is gone: it is never re-created.
+    pub(super) fn unit_gone(&mut self, job: JobKey) {
+        self.unit_gone.insert(job);
+    }
+
+    /// Job `job` is deleted: nothing is repaired for it any more.
+    pub(super) fn job_deleted(&mut self, job: &JobKey) {
+        self.unit_gone.remove(job);
+        self.missing_unit_since.remove(job);
+    }
+
+    /// The re-creation of job `job`'s unit was written (whatever its
+    /// outcome: a unit that did not appear is missed again).
+    pub(super) fn recreated(&mut self, job: &JobKey) {
+        self.recreating.remove(job);
+    }
+
+    /// Whether a scan is due at `now` ([`MISSING_SCAN_INTERVAL`] after the
+    /// last), and if so, it starts.
+    fn start_scan(&mut self, now: Instant) -> bool {
+        if self
+            .last_scan
+            .is_some_and(|t| now.duration_since(t) < MISSING_SCAN_INTERVAL)
+        {
+            return false;
+        }
+        self.last_scan = Some(now);
+        true
+    }
+
+    /// Whether job `job` is left alone: its unit is gone for good or being
+    /// re-created.
+    fn settled(&self, job: &JobKey) -> bool {
+        self.unit_gone.contains(job) || self.recreating.contains(job)
+    }
+}
+
 impl Controller {
     pub(super) fn housekeeping(&mut self) {
         if !self.synced() {
@@ -30,26 +97,12 @@ impl Controller {
         for k in timed {
             self.reconcile(&k);
         }
-        let now = self.now.at;
-        if self
-            .last_missing_scan
-            .is_none_or(|t| now.duration_since(t) >= MISSING_SCAN_INTERVAL)
-        {
-            self.last_missing_scan = Some(now);
+        if self.repair.start_scan(self.now.at) {
             self.collect_orphans();
             self.jobs_without_unit();
         }
         self.sync_queues_with_quotas();
-        if self.visibility.due()
-            && self
-                .last_visibility_pass
-                .is_none_or(|t| now.duration_since(t) >= self.settings.status_interval)
-        {
-            self.last_visibility_pass = Some(now);
-            let positions_done = self.publish_positions(now);
-            let queues_done = self.publish_queue_status(now);
-            self.visibility.passed(positions_done && queues_done);
-        }
+        self.visibility_pass();
     }
 
     /// Units whose job never appeared (refused after the webhook, retried
@@ -103,7 +156,7 @@ impl Controller {
             {
                 continue;
             }
-            if self.unit_gone.contains(job_key) || self.recreating.contains(job_key) {
+            if self.repair.settled(job_key) {
                 continue;
             }
             let job_key = job_key.clone();
@@ -112,6 +165,7 @@ impl Controller {
                 continue;
             }
             let since = self
+                .repair
                 .missing_unit_since
                 .get(&job_key)
                 .copied()
@@ -122,9 +176,9 @@ impl Controller {
                 missing.insert(job_key, since);
             }
         }
-        self.missing_unit_since = missing;
+        self.repair.missing_unit_since = missing;
         for job in to_hold {
-            self.unit_gone.insert(job.key());
+            self.repair.unit_gone(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::HoldJob {
                 unit: job.unit.clone(),
@@ -136,7 +190,7 @@ impl Controller {
             ));
         }
         for job in to_create {
-            self.recreating.insert(job.key());
+            self.repair.recreating.insert(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::RecreateUnit {
                 unit: job.unit.clone(),

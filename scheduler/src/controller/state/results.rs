@@ -9,7 +9,7 @@ impl Controller {
         let Some(k) = write.unit().cloned() else {
             match &write {
                 Write::RecreateUnit { job, .. } => {
-                    self.recreating.remove(&JobKey::new(
+                    self.repair.recreated(&JobKey::new(
                         job.adapter.kind().kind,
                         &job.namespace,
                         &job.name,
@@ -18,7 +18,7 @@ impl Controller {
                 Write::EnsureQueue { name, .. }
                 | Write::DeleteQueue { name }
                 | Write::QueueStatus { name, .. } => {
-                    self.queue_writes.remove(name);
+                    self.visibility.queue_write_done(name);
                 }
                 _ => {}
             }

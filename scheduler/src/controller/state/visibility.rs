@@ -2,7 +2,83 @@
 
 use super::*;
 
+/// Minimum interval between two "Waiting" Events of one job.
+const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Condition type on the Queue of a quota whose children's guaranteed
+/// minimum exceeds its own (they are then scaled down proportionally).
+pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
+
+/// What the visibility passes keep between them: whether a pass can find
+/// anything, when the last one ran, the Queues whose write is in flight and
+/// when each Queue's status was written, and the quota series published.
+#[derive(Debug, Default)]
+pub(super) struct Visibility {
+    /// Whether a pass can find anything to write.
+    gate: VisibilityGate,
+    /// When the last pass ran.
+    last_pass: Option<Instant>,
+    /// Queues with a write in flight (created, deleted or their status): a
+    /// Queue is written one write at a time.
+    queue_writes: HashSet<String>,
+    /// When each Queue's status was last written.
+    queue_published: HashMap<String, Instant>,
+    /// Quota usage series published non-zero by the last metrics pass.
+    quota_used_series: HashSet<QuotaLabels>,
+}
+
+impl Visibility {
+    /// Something a pass depends on may have changed (see [`VisibilityGate`]).
+    pub(super) fn changed(&mut self) {
+        self.gate.changed();
+    }
+
+    /// Whether a pass is due at `now` — something may have changed and the
+    /// last pass is at least `interval` ago — and if so, it starts.
+    fn start_pass(&mut self, now: Instant, interval: Duration) -> bool {
+        if !self.gate.due()
+            || self
+                .last_pass
+                .is_some_and(|t| now.duration_since(t) < interval)
+        {
+            return false;
+        }
+        self.last_pass = Some(now);
+        true
+    }
+
+    /// Whether Queue `name` has a write in flight.
+    pub(super) fn queue_busy(&self, name: &str) -> bool {
+        self.queue_writes.contains(name)
+    }
+
+    /// A write of Queue `name` was submitted.
+    pub(super) fn queue_write_sent(&mut self, name: &str) {
+        self.queue_writes.insert(name.to_string());
+    }
+
+    /// The write of Queue `name` is done (whatever its outcome).
+    pub(super) fn queue_write_done(&mut self, name: &str) {
+        self.queue_writes.remove(name);
+    }
+}
+
 impl Controller {
+    /// A visibility pass, when one is due: positions and reasons of waiting
+    /// units, then Queue status.
+    pub(super) fn visibility_pass(&mut self) {
+        let now = self.now.at;
+        if !self
+            .visibility
+            .start_pass(now, self.settings.status_interval)
+        {
+            return;
+        }
+        let positions_done = self.publish_positions(now);
+        let queues_done = self.publish_queue_status(now);
+        self.visibility.gate.passed(positions_done && queues_done);
+    }
+
     /// Positions and reasons of waiting units, written only when changed and
     /// at most once per status interval per unit, within a budget per pass.
     /// Returns whether the pass was complete: every waiting unit compared,
@@ -69,10 +145,11 @@ impl Controller {
         for name in names {
             // A Queue with a write in flight is looked at again when its
             // result arrives (which reopens the gate).
-            if self.queue_writes.contains(&name) {
+            if self.visibility.queue_busy(&name) {
                 continue;
             }
             if self
+                .visibility
                 .queue_published
                 .get(&name)
                 .is_some_and(|t| now.duration_since(*t) < self.settings.status_interval)
@@ -130,8 +207,8 @@ impl Controller {
                 continue;
             }
             queue.status = Some(status.clone());
-            self.queue_published.insert(name.clone(), now);
-            self.queue_writes.insert(name.clone());
+            self.visibility.queue_published.insert(name.clone(), now);
+            self.visibility.queue_write_sent(&name);
             self.writer.submit(Write::QueueStatus {
                 name,
                 status: Box::new(status),
@@ -175,9 +252,9 @@ impl Controller {
             }
             used.extend(f.used.iter().map(|(r, amount)| (labels(r), amount)));
         }
-        self.quota_used_series = self
+        self.visibility.quota_used_series = self
             .metrics
-            .publish_quota_used(&self.quota_used_series, used);
+            .publish_quota_used(&self.visibility.quota_used_series, used);
     }
 }
 
