@@ -33,8 +33,12 @@ pub mod watched;
 
 pub use hold::{FieldPath, HoldStyle, HoldWrite, merge_patch};
 pub use json::{annotation, remove_annotation, set_annotation, set_path};
+pub use pod_group::PodGrouping;
 pub use pod_request::{pod_spec_requests, pod_template_requests};
-pub use registry::{all, extensions, for_api_version, for_extension, for_kind, for_resource};
+pub use registry::{
+    Extension, ObjectFilter, all, extension_entries, extensions, extensions_of, for_api_version,
+    for_extension, for_kind, for_resource,
+};
 pub use unit::{UnitPlacement, queue_unit};
 
 /// Identity of a job kind.
@@ -235,6 +239,13 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// job's success; the unit keeps its quota while any of them runs. The
     /// label is one of [`POD_GROUP_LABELS`].
     fn pod_group(&self, _job: &Value) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// Whether this kind's objects are single pods that may form pod groups,
+    /// and how ([`pod_group::PodGrouping`]): `Some` for Pods only. Asked
+    /// instead of comparing kinds wherever a pod is treated as a pod.
+    fn grouping(&self) -> Option<&'static dyn PodGrouping> {
         None
     }
 

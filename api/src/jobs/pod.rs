@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::hold::{FieldPath, HoldStyle};
 use super::json::get_path;
-use super::pod_group::{self, GroupSource, Membership};
+use super::pod_group::{self, GroupSource, Membership, PodGrouping, PodGroups};
 use super::pod_request::pod_spec_requests;
 use super::{AdapterError, JobAdapter, JobKind, JobState, PodSetInfo, SizeInput};
 
@@ -47,6 +47,11 @@ impl JobAdapter for PodAdapter {
 
     fn labels_queued(&self) -> bool {
         true
+    }
+
+    /// A pod is queued on its own or as a member of a pod group.
+    fn grouping(&self) -> Option<&'static dyn PodGrouping> {
+        Some(&PodGroups)
     }
 
     /// One pod set `main` of one pod: what Kubernetes' pod request rule

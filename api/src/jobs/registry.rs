@@ -1,4 +1,9 @@
-//! Every supported job kind, and lookups by kind and by extension key.
+//! Every supported job kind, the extensions that enable them, and lookups
+//! by kind and by extension key.
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
 
 use super::JobAdapter;
 use super::argo::WorkflowAdapter;
@@ -6,6 +11,7 @@ use super::batch_job::BatchJobAdapter;
 use super::jobset::JobSetAdapter;
 use super::kubeflow::{MPI_JOB, PYTORCH_JOB, TF_JOB};
 use super::pod::PodAdapter;
+use super::pod_group::LWS_NAME_LABEL;
 use super::ray::{RayClusterAdapter, RayJobAdapter};
 use super::spark::SparkApplicationAdapter;
 use super::trainjob::TrainJobAdapter;
@@ -24,14 +30,84 @@ static ALL: [&dyn JobAdapter; 11] = [
     &PodAdapter,
 ];
 
-/// Extension keys (chart values `extension.<key>.enable`), in chart order.
-const EXTENSIONS: [&str; 11] = [
-    "batchjob", "tf", "pytorch", "mpi", "ray", "spark", "argo", "jobset", "trainjob", "pod", "lws",
+/// An extension: a chart value `extension.<key>.enable` and what it queues.
+#[derive(Debug)]
+pub struct Extension {
+    /// Its key (`batchjob`, `tf`, …).
+    pub key: &'static str,
+    /// The kinds whose objects it queues.
+    pub adapters: &'static [&'static dyn JobAdapter],
+    /// Which of their objects.
+    pub objects: ObjectFilter,
+}
+
+/// Which objects of its kinds an extension queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectFilter {
+    /// Every one.
+    Every,
+    /// Those of namespaces that queue them (Pods: namespaces labelled
+    /// `koord-queue/queue-pods=true`; a cluster has many more pods than it
+    /// queues).
+    InQueueingNamespaces,
+    /// Those carrying the label (a LeaderWorkerSet's pods: an LWS has no
+    /// suspend, its groups are queued as pods).
+    Labelled(&'static str),
+}
+
+impl ObjectFilter {
+    /// Whether `object` is one of those, in a namespace that queues such
+    /// objects when `namespace_queues` says so.
+    pub fn admits(&self, object: Option<&Value>, namespace_queues: bool) -> bool {
+        match self {
+            ObjectFilter::Every => true,
+            ObjectFilter::InQueueingNamespaces => namespace_queues,
+            ObjectFilter::Labelled(label) => object
+                .and_then(|o| o.pointer("/metadata/labels"))
+                .and_then(|labels| labels.get(*label))
+                .is_some(),
+        }
+    }
+}
+
+/// Every extension, in chart order.
+static EXTENSIONS: [Extension; 11] = [
+    every("batchjob", &[&BatchJobAdapter]),
+    every("tf", &[&TF_JOB]),
+    every("pytorch", &[&PYTORCH_JOB]),
+    every("mpi", &[&MPI_JOB]),
+    every("ray", &[&RayJobAdapter, &RayClusterAdapter]),
+    every("spark", &[&SparkApplicationAdapter]),
+    every("argo", &[&WorkflowAdapter]),
+    every("jobset", &[&JobSetAdapter]),
+    every("trainjob", &[&TrainJobAdapter]),
+    Extension {
+        key: "pod",
+        adapters: &[&PodAdapter],
+        objects: ObjectFilter::InQueueingNamespaces,
+    },
+    Extension {
+        key: LWS_EXTENSION,
+        adapters: &[&PodAdapter],
+        objects: ObjectFilter::Labelled(LWS_NAME_LABEL),
+    },
 ];
+
+/// An extension queueing every object of `adapters`.
+const fn every(key: &'static str, adapters: &'static [&'static dyn JobAdapter]) -> Extension {
+    Extension {
+        key,
+        adapters,
+        objects: ObjectFilter::Every,
+    }
+}
 
 /// The extension that queues LeaderWorkerSets: their groups are queued as
 /// pods (an LWS has no suspend; its pods are gated), through the Pod kind.
 pub const LWS_EXTENSION: &str = "lws";
+
+static KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| EXTENSIONS.iter().map(|e| e.key).collect());
 
 /// The adapters of every supported kind.
 pub fn all() -> &'static [&'static dyn JobAdapter] {
@@ -65,15 +141,27 @@ pub fn for_resource(group: &str, plural: &str) -> Option<&'static dyn JobAdapter
 /// The extension keys that enable kinds, each once (`ray` covers RayJob and
 /// RayCluster).
 pub fn extensions() -> &'static [&'static str] {
+    &KEYS
+}
+
+/// Every extension, in chart order.
+pub fn extension_entries() -> &'static [Extension] {
     &EXTENSIONS
 }
 
 /// The adapters enabled by extension key `extension` (`lws`: the Pod kind).
 pub fn for_extension(extension: &str) -> impl Iterator<Item = &'static dyn JobAdapter> + '_ {
-    ALL.iter().copied().filter(move |a| {
-        a.kind().extension == extension
-            || (extension == LWS_EXTENSION && a.kind() == &super::pod::POD_KIND)
-    })
+    EXTENSIONS
+        .iter()
+        .filter(move |e| e.key == extension)
+        .flat_map(|e| e.adapters.iter().copied())
+}
+
+/// The extensions that queue objects of `adapter`'s kind.
+pub fn extensions_of(adapter: &dyn JobAdapter) -> impl Iterator<Item = &'static Extension> + '_ {
+    EXTENSIONS
+        .iter()
+        .filter(move |e| e.adapters.iter().any(|a| a.kind() == adapter.kind()))
 }
 
 #[cfg(test)]
@@ -110,6 +198,32 @@ mod tests {
         assert_eq!(for_extension("ray").count(), 2);
         assert_eq!(for_extension("batchjob").count(), 1);
         assert_eq!(for_extension("nope").count(), 0);
+        // Each kind's own extension (JobKind::extension) queues it.
+        for adapter in all() {
+            let own = extensions_of(*adapter).find(|e| e.key == adapter.kind().extension);
+            assert!(own.is_some(), "{}", adapter.kind().kind);
+        }
+    }
+
+    #[test]
+    fn the_lws_extension_queues_only_pods_of_a_leaderworkerset() {
+        let pod = for_kind("", "Pod").unwrap();
+        let keys: Vec<_> = extensions_of(pod).map(|e| (e.key, e.objects)).collect();
+        assert_eq!(
+            keys,
+            [
+                ("pod", ObjectFilter::InQueueingNamespaces),
+                (LWS_EXTENSION, ObjectFilter::Labelled(LWS_NAME_LABEL)),
+            ]
+        );
+        let lws_pod = serde_json::json!({"metadata": {"labels": {LWS_NAME_LABEL: "llama"}}});
+        let plain = serde_json::json!({"metadata": {"labels": {"app": "x"}}});
+        let lws = ObjectFilter::Labelled(LWS_NAME_LABEL);
+        assert!(lws.admits(Some(&lws_pod), false));
+        assert!(!lws.admits(Some(&plain), true));
+        assert!(!lws.admits(None, true));
+        assert!(ObjectFilter::InQueueingNamespaces.admits(Some(&plain), true));
+        assert!(!ObjectFilter::InQueueingNamespaces.admits(Some(&lws_pod), false));
     }
 
     #[test]

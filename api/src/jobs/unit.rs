@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec};
 use serde_json::Value;
 
-use super::pod::POD_KIND;
 use super::{JobAdapter, pod_group, total_resources};
 use crate::queue_unit::{PodSet, QueueUnit, QueueUnitSpec};
 use crate::resources::ResourceListExt as _;
@@ -64,11 +63,12 @@ pub fn queue_unit(
     // A pod group's unit stands for the group, not for the member that
     // happened to be admitted first.
     let mut consumer_kind = kind.kind;
-    if kind == &POD_KIND
-        && let Some(member) = pod_group::membership(job)
-            .transpose()
-            .map_err(|e| e.to_string())?
-    {
+    let member = adapter
+        .grouping()
+        .and_then(|grouping| grouping.membership(job))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    if let Some(member) = member {
         consumer_kind = pod_group::GROUP_KIND;
         job_name = member.group;
     }
