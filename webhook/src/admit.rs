@@ -61,13 +61,10 @@ fn decide_create(
         Ok(name) => name,
         Err(message) => return Verdict::Deny(message),
     };
-    let queued = if adapter.kind() == &jobs::pod::POD_KIND
-        // Without reviewing every pod, the hooks send pods only from
-        // namespaces that queue them.
-        && !policy.queues_pod(
-            job,
-            !policy.review_pods || view.namespace_queues_pods(&namespace),
-        ) {
+    // Without reviewing every pod, the hooks send pods only from
+    // namespaces that queue them.
+    let namespace_queues_pods = !policy.review_pods || view.namespace_queues_pods(&namespace);
+    let queued = if !policy.queues(adapter, job, namespace_queues_pods) {
         unqueued_pod(&namespace, &name, view)
     } else {
         hold_and_queue(request, job, adapter, &namespace, &name, view, policy)
@@ -146,11 +143,12 @@ fn hold_and_queue(
     // The members of a pod group name the group's one unit.
     let mut member = None;
     let mut group_index = None;
-    let unit_name = match jobs::pod_group::membership(job) {
-        Some(Ok(m)) if adapter.kind() == &jobs::pod::POD_KIND => {
-            if let jobs::pod_group::GroupSource::LeaderWorkerSet { index, .. } = &m.source {
-                group_index = Some(index.clone());
-            }
+    let membership = adapter
+        .grouping()
+        .and_then(|grouping| grouping.membership(job));
+    let unit_name = match membership {
+        Some(Ok(m)) => {
+            group_index = m.index_label().map(|(key, value)| (key, value.to_string()));
             let requests = match adapter.pod_sets(job) {
                 Ok(sets) => sets
                     .into_iter()
@@ -168,10 +166,10 @@ fn hold_and_queue(
             }));
             name
         }
-        Some(Err(e)) if adapter.kind() == &jobs::pod::POD_KIND => {
+        Some(Err(e)) => {
             return Verdict::Deny(format!("{what} cannot be queued: {e}"));
         }
-        _ => unit_name(name, &request.uid),
+        None => unit_name(name, &request.uid),
     };
     let mut held = job.clone();
     if job
@@ -186,13 +184,13 @@ fn hold_and_queue(
         return Verdict::Deny(format!("{what} cannot be queued: {reason}"));
     }
     adapter.hold(&mut held);
-    if let Some(index) = group_index {
+    if let Some((key, index)) = group_index {
         // The label LWS's own pod webhook would add to a leader (read from
         // its name when this webhook is called first): the group's members
         // are listed by it.
         jobs::set_path(
             &mut held,
-            &["metadata", "labels", jobs::pod_group::LWS_GROUP_INDEX_LABEL],
+            &["metadata", "labels", key],
             Value::String(index),
         );
     }

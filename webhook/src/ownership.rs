@@ -9,8 +9,7 @@
 //! create) or the update is refused.
 
 use koord_queue_api::jobs::guard::exceeds;
-use koord_queue_api::jobs::pod::POD_KIND;
-use koord_queue_api::jobs::{self, JobAdapter, JobKind, json};
+use koord_queue_api::jobs::{self, JobAdapter, json};
 use koord_queue_api::{QueueUnit, Resources, keys};
 use serde_json::Value;
 
@@ -36,7 +35,7 @@ pub struct ChildClaim {
     /// Namespace of both.
     pub namespace: String,
     /// The child's kind.
-    pub kind: &'static JobKind,
+    pub adapter: &'static dyn JobAdapter,
     /// The child's name.
     pub name: String,
     /// The claimed owner.
@@ -71,7 +70,7 @@ pub fn managed_controller(job: &Value) -> Option<OwnerRef> {
 /// managed kind. An unreadable size is an error: such an object cannot be
 /// judged.
 pub fn claim(
-    adapter: &dyn JobAdapter,
+    adapter: &'static dyn JobAdapter,
     job: &Value,
     namespace: &str,
     name: &str,
@@ -82,7 +81,7 @@ pub fn claim(
     let sets = adapter.pod_sets(job).map_err(|e| e.to_string())?;
     Ok(Some(ChildClaim {
         namespace: namespace.to_string(),
-        kind: adapter.kind(),
+        adapter,
         name: name.to_string(),
         owner,
         size: jobs::total_resources(&sets),
@@ -207,8 +206,10 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<Proof, Not
                 uid.unwrap_or("none")
             ));
         }
-        let is_pod = claim.kind == &POD_KIND;
-        if is_pod && claim.owner.adapter.kind() == &POD_KIND {
+        // A pod (a kind with the pod grouping capability) runs as itself:
+        // it is bounded pod by pod.
+        let is_pod = claim.adapter.grouping().is_some();
+        if is_pod && claim.owner.adapter.grouping().is_some() {
             // A pod a pod makes (a Spark driver's executors): a queued Pod
             // makes none; an unqueued one is a child itself, and the pod is
             // judged against that pod's own owner, with its own size.
@@ -242,7 +243,7 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<Proof, Not
             claim
                 .owner
                 .adapter
-                .child_budget(&owner, claim.kind, &claim.name)
+                .child_budget(&owner, claim.adapter.kind(), &claim.name)
                 .map(|budget| match &unit_sets {
                     Some(sets) => budget.map(|_| jobs::total_resources(sets)),
                     None => budget,
@@ -252,7 +253,9 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<Proof, Not
             None => {
                 return refuted(format!(
                     "a {} does not create a {} named {}",
-                    owner_kind.kind, claim.kind.kind, claim.name
+                    owner_kind.kind,
+                    claim.adapter.kind().kind,
+                    claim.name
                 ));
             }
             Some(Err(e)) => return refuted(format!("{what} cannot be read: {e}")),
@@ -301,7 +304,7 @@ pub async fn prove(api: &dyn ApiAccess, claim: &ChildClaim) -> Result<Proof, Not
             .map_err(|e| NotProven::Refuted(format!("{what} cannot be read: {e}")))?;
         claim = ChildClaim {
             namespace: claim.namespace,
-            kind: owner_kind,
+            adapter: claim.owner.adapter,
             name: claim.owner.name,
             owner: next,
             size: jobs::total_resources(&sets),

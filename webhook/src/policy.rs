@@ -2,8 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use koord_queue_api::jobs::pod::POD_KIND;
-use koord_queue_api::jobs::{self, JobAdapter, pod_group};
+use koord_queue_api::jobs::{self, JobAdapter, ObjectFilter};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde_json::Value;
@@ -37,38 +36,42 @@ impl Policy {
         self.enabled_kinds.contains(extension)
     }
 
-    /// Whether objects of `adapter`'s kind like `objects` are queued: a Pod
-    /// of a LeaderWorkerSet also when the `lws` extension is on (its hook
-    /// sends only such pods), whatever the `pod` extension says.
+    /// Whether objects of `adapter`'s kind like `objects` are queued: an
+    /// enabled extension queues the kind and (its object filter) one of
+    /// `objects` — a Pod of a LeaderWorkerSet also when the `lws` extension
+    /// is on (its hook sends only such pods), whatever the `pod` extension
+    /// says. The namespace is not judged here ([`Policy::queues`] does).
     pub fn enables(&self, adapter: &dyn JobAdapter, objects: &[Option<&Value>]) -> bool {
-        let kind = adapter.kind();
-        self.is_enabled(kind.extension)
-            || (kind == &POD_KIND
-                && self.is_enabled(jobs::registry::LWS_EXTENSION)
-                && objects.iter().flatten().any(|o| {
-                    o.pointer("/metadata/labels")
-                        .and_then(|l| l.get(pod_group::LWS_NAME_LABEL))
-                        .is_some()
-                }))
+        jobs::extensions_of(adapter)
+            .filter(|e| self.is_enabled(e.key))
+            .any(|e| match e.objects {
+                ObjectFilter::Labelled(_) => objects.iter().any(|o| e.objects.admits(*o, true)),
+                ObjectFilter::Every | ObjectFilter::InQueueingNamespaces => true,
+            })
     }
 
     /// Whether the webhook judges objects of `adapter`'s kind like
-    /// `objects`: the kinds it queues, and Pods when it reviews every pod.
+    /// `objects`: the kinds it queues, and pods when it reviews every pod
+    /// (any pod may be a queued job's child).
     pub fn reviews(&self, adapter: &dyn JobAdapter, objects: &[Option<&Value>]) -> bool {
-        self.enables(adapter, objects) || (adapter.kind() == &POD_KIND && self.review_pods)
+        self.enables(adapter, objects) || (adapter.grouping().is_some() && self.review_pods)
     }
 
-    /// Whether a pod like `pod` is queued in namespace `ns` (labels `labels`
-    /// of the namespace as `queues_pods`): a LeaderWorkerSet's wherever the
-    /// `lws` extension is on, any other where the `pod` extension is on and
-    /// the namespace is labelled `koord-queue/queue-pods=true`.
-    pub fn queues_pod(&self, pod: &Value, namespace_queues_pods: bool) -> bool {
-        (self.is_enabled(POD_KIND.extension) && namespace_queues_pods)
-            || (self.is_enabled(jobs::registry::LWS_EXTENSION)
-                && pod
-                    .pointer("/metadata/labels")
-                    .and_then(|l| l.get(pod_group::LWS_NAME_LABEL))
-                    .is_some())
+    /// Whether `object`, of `adapter`'s kind, is queued in its namespace
+    /// (`namespace_queues_pods`: whether that namespace queues pods,
+    /// labelled `koord-queue/queue-pods=true`): an enabled extension's
+    /// filter admits it — a LeaderWorkerSet's pod wherever the `lws`
+    /// extension is on, any other pod where the `pod` extension is on and
+    /// the namespace queues pods, any object of the other kinds.
+    pub fn queues(
+        &self,
+        adapter: &dyn JobAdapter,
+        object: &Value,
+        namespace_queues_pods: bool,
+    ) -> bool {
+        jobs::extensions_of(adapter)
+            .filter(|e| self.is_enabled(e.key))
+            .any(|e| e.objects.admits(Some(object), namespace_queues_pods))
     }
 
     /// Whether `request` was made by the scheduler.

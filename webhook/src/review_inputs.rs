@@ -3,7 +3,6 @@
 //! with what the API server adds to pods (an UPDATE's), and the cluster view
 //! completed by direct reads of what the caches have not seen yet.
 
-use koord_queue_api::jobs::pod::POD_KIND;
 use koord_queue_api::jobs::pod_defaults::{self, PodDefaults};
 use koord_queue_api::keys;
 use kube::core::DynamicObject;
@@ -58,9 +57,10 @@ impl Webhook {
                     old: None,
                 }))
             }
-            // A pod's update cannot grow its group (its own size is what
-            // an update may not grow): nothing to read.
-            (Operation::Update, _) if adapter.kind() == &POD_KIND => Ok(None),
+            // A pod's size input sizes its group, which an update cannot
+            // grow (its own size is what an update may not grow): nothing
+            // to read.
+            (Operation::Update, _) if adapter.grouping().is_some() => Ok(None),
             (Operation::Update, Some(old)) => {
                 let mut old = old.clone();
                 match size_inputs::attach(self.api.as_ref(), adapter, namespace, &mut old).await {
@@ -105,7 +105,7 @@ impl Webhook {
         let adapter = koord_queue_api::jobs::for_kind(&kind.group, &kind.kind)?;
         if request.operation != Operation::Update
             || request.sub_resource.is_some()
-            || adapter.kind() == &POD_KIND
+            || adapter.grouping().is_some()
             || !self.policy.is_enabled(adapter.kind().extension)
         {
             return None;

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use koord_queue_api::jobs::pod::POD_KIND;
 use koord_queue_api::jobs::pod_group;
 use koord_queue_api::{QueueUnit, ResourceListExt as _, keys};
 use kube::core::DynamicObject;
@@ -239,7 +238,7 @@ impl Webhook {
                     Err(NotProven::Unverifiable(e)) => (
                         allow.deny(format!(
                             "cannot verify that {} {}/{} is a child of {} {}: {e}; retry",
-                            claim.kind.kind,
+                            claim.adapter.kind().kind,
                             claim.namespace,
                             claim.name,
                             claim.owner.adapter.kind().kind,
@@ -278,7 +277,8 @@ impl Webhook {
         proof: &Proof,
     ) -> (AdmissionResponse, &'static str) {
         let allow = AdmissionResponse::from(request);
-        let is_pod = claim.kind == &POD_KIND;
+        // A pod child runs as itself: it is counted against the unit.
+        let is_pod = claim.adapter.grouping().is_some();
         let lock = self.children.lock(&proof.charged_to);
         let counted = match (&proof.unit, is_pod) {
             (Some(unit), true) => Some((unit, lock.lock().await)),
