@@ -1,9 +1,12 @@
 //! In-memory stand-ins for the cluster view and the API calls, so the router
 //! can be driven without an API server (the real API server is exercised by
-//! the suites in `tests/`).
+//! the suites in `tests/`). The one fake of the webhook's tests: the
+//! integration tests here, the benchmarks, and the unit tests of the
+//! crate's own modules (`unit_creator`), which include this file by path.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +16,8 @@ use koord_queue_webhook::{
     ApiAccess, ClusterView, Created, CreatorConfig, Metrics, Policy, QuotaInfo, UnitCreator,
     Webhook,
 };
+use kube::core::Status;
+use tokio::sync::Notify;
 
 /// A fixed cluster: quotas (name → is_parent), namespaces' default queues,
 /// PriorityClasses.
@@ -64,9 +69,16 @@ impl ClusterView for FixedView {
     }
 }
 
-/// Records created units; serves units by name.
+/// Records created units; serves units by name. Its unit creates wait for
+/// `gate` when it is set, and creates and dry-run checks fail while
+/// `failing` is nonzero (that many times) with HTTP `status`.
 #[derive(Default)]
 pub struct MemoryApi {
+    pub gate: Option<Arc<Notify>>,
+    pub failing: AtomicU32,
+    pub status: u16,
+    /// Dry-run create checks made.
+    pub dry_runs: AtomicU32,
     pub units: Mutex<BTreeMap<(String, String), QueueUnit>>,
     pub creates: Mutex<u64>,
     /// Quotas only a direct read finds (name → is_parent): created a moment
@@ -84,20 +96,27 @@ impl ApiAccess for MemoryApi {
         &'a self,
         unit: &'a QueueUnit,
     ) -> BoxFuture<'a, Result<Created, kube::Error>> {
-        let key = (
-            unit.metadata.namespace.clone().unwrap_or_default(),
-            unit.metadata.name.clone().unwrap_or_default(),
-        );
-        *self.creates.lock().unwrap() += 1;
-        let mut units = self.units.lock().unwrap();
-        let result = match units.get(&key) {
-            Some(existing) => Created::Existing(Box::new(existing.clone())),
-            None => {
-                units.insert(key, unit.clone());
-                Created::New
+        Box::pin(async move {
+            if let Some(gate) = &self.gate {
+                gate.notified().await;
             }
-        };
-        Box::pin(async move { Ok(result) })
+            if let Some(e) = self.fail() {
+                return Err(e);
+            }
+            let key = (
+                unit.metadata.namespace.clone().unwrap_or_default(),
+                unit.metadata.name.clone().unwrap_or_default(),
+            );
+            *self.creates.lock().unwrap() += 1;
+            let mut units = self.units.lock().unwrap();
+            Ok(match units.get(&key) {
+                Some(existing) => Created::Existing(Box::new(existing.clone())),
+                None => {
+                    units.insert(key, unit.clone());
+                    Created::New
+                }
+            })
+        })
     }
     fn get_unit<'a>(
         &'a self,
@@ -113,7 +132,13 @@ impl ApiAccess for MemoryApi {
         Box::pin(async move { Ok(unit) })
     }
     fn check_unit_create<'a>(&'a self, _: &'a QueueUnit) -> BoxFuture<'a, Result<(), kube::Error>> {
-        Box::pin(async { Ok(()) })
+        Box::pin(async move {
+            self.dry_runs.fetch_add(1, Ordering::AcqRel);
+            match self.fail() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
     }
     fn get_job<'a>(
         &'a self,
@@ -172,6 +197,21 @@ impl ApiAccess for MemoryApi {
 }
 
 impl MemoryApi {
+    /// The error of a failing call, counting it down; `None` once
+    /// `failing` is down to 0.
+    fn fail(&self) -> Option<kube::Error> {
+        self.failing
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+            .then(|| {
+                kube::Error::Api(
+                    Status::failure("etcd is down", "InternalError")
+                        .with_code(self.status)
+                        .boxed(),
+                )
+            })
+    }
+
     /// Stores `job` as the API server would after admission (with a uid);
     /// returns it.
     pub fn store(&self, job: &serde_json::Value) -> serde_json::Value {
@@ -198,6 +238,19 @@ impl MemoryApi {
         }
         panic!("QueueUnit {namespace}/{name} was not created");
     }
+}
+
+/// A held batch/v1 Job `namespace/name` of two 1-CPU pods, naming unit
+/// `unit` and queue `q`, as the webhook's patch leaves it.
+pub fn held_job(namespace: &str, name: &str, unit: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace,
+            "labels": {"quota.scheduling.koordinator.sh/name": "q"},
+            "annotations": {"koord-queue/queue-unit": unit, "koord-queue/queue": "q"}},
+        "spec": {"suspend": true, "parallelism": 2, "template": {"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}},
+    })
 }
 
 /// The view used by most tests: leaf quotas team-a/team-b under parent org,
