@@ -20,24 +20,10 @@ use tokio::runtime::Runtime;
 
 use super::api_stats::{self, ApiStats, Component};
 use super::member::Member;
+use super::scheduler_settings::{SchedulerOptions, scheduler_config};
 use super::shape::Shape;
 use koord_queue_tests::ControlPlane;
 use koord_queue_tests::kubeconfig::Credentials;
-
-/// Scheduler settings the benchmark exposes.
-#[derive(Clone, Debug)]
-pub struct SchedulerOptions {
-    /// `--write-concurrency`.
-    pub write_concurrency: usize,
-    /// `--status-interval`.
-    pub status_interval: Duration,
-    /// `--job-events`.
-    pub job_events: bool,
-    /// `--cycle-batch`.
-    pub cycle_batch: Duration,
-    /// Root capacity in CPU; `None`: unlimited.
-    pub root_cpu: Option<u32>,
-}
 
 /// The scheduler process's name in a phase's CPU and RSS figures.
 pub const SCHEDULER_PROCESS: &str = "koord-queue-scheduler";
@@ -296,18 +282,6 @@ impl Drop for Components {
             m.kill();
         }
     }
-}
-
-/// The scheduler's plugin configuration: Priority, then ElasticQuota with
-/// the root capacity (`None`: unlimited).
-pub fn scheduler_config(root_cpu: Option<u32>) -> String {
-    let capacity = match root_cpu {
-        Some(cpu) => format!("{{cpu: \"{cpu}\"}}"),
-        None => "unlimited".to_string(),
-    };
-    format!(
-        "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: {capacity}\n"
-    )
 }
 
 /// Waits until the scheduler has created a Queue for every leaf quota.

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use koord_queue_tests::process::{Process, free_port};
 
+use crate::scheduler_settings::SchedulerOptions;
+
 /// Replaced in a member's arguments by the number of its start (1 for the
 /// first): a Deployment's new pod has a new name, so a restarted scheduler
 /// has a new Lease identity.
@@ -249,7 +251,7 @@ pub fn scheduler(
     kubeconfig: &Path,
     dir: &Path,
     config: &Path,
-    options: &crate::components::SchedulerOptions,
+    options: &SchedulerOptions,
     (lease, identity): (&str, &str),
 ) -> Result<Member> {
     let admin = free_addr()?;

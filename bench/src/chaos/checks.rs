@@ -1,8 +1,18 @@
 //! The chaos run's checks from outside: double releases in the runtime's
 //! record, what the QueueUnits hold now, the leader's own quota figures.
 
-use super::*;
+use anyhow::Result;
+use koord_queue_api::ResourceListExt as _;
+use koord_queue_api::{QueueUnit, Resources};
+use kube::api::Api;
+use serde_json::{Value, json};
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::fleet::Fleet;
+use super::monitor;
 use crate::admin_scrape;
+use crate::runner::{JobTimeline, Runner};
+use crate::shape::Shape;
 
 /// Two releases of one job in a row without a suspension between them, in
 /// the job runtime's own record.

@@ -11,41 +11,38 @@
 //! held — by the QueueUnits nor in the leader's own figures.
 
 mod checks;
+mod fault_report;
 pub mod faults;
 pub mod fleet;
 pub mod monitor;
 mod processes;
 
-use checks::*;
-use processes::*;
-
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use koord_queue_api::ResourceListExt as _;
-use koord_queue_api::{QueueUnit, Resources, keys};
-use koord_queue_tests::kubeconfig::Credentials;
-use koord_queue_tests::proxy::{Backend, Balancer, Proxy};
-use koord_queue_tests::webhook::SCHEDULER_USER;
-use koord_queue_tests::{ControlPlane, Tier, fixtures, install};
-use kube::api::Api;
+use koord_queue_api::keys;
+use koord_queue_tests::{ControlPlane, Tier, install};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 
-use self::faults::{FaultKind, FaultPlan, FaultRecord};
-use self::fleet::{Fleet, Member, free_addr, wait_admin};
+use self::checks::{UnitsNow, leader_quota_used, runtime_double_releases, units_now};
+pub use self::fault_report::plan_json;
+use self::fault_report::{fault_list, round};
+use self::faults::{FaultPlan, FaultRecord};
+use self::fleet::Fleet;
 use self::monitor::Monitor;
+use self::processes::{start_schedulers, start_webhooks};
 use super::admin_scrape;
 use super::api_stats::{self, ApiStats, Component};
 use super::checker::Checker;
-use super::components::{self, SchedulerOptions};
 use super::member;
-use super::phase::{self, PhaseKind};
+use super::phase::{self, JobFlow, PhaseSpec};
 use super::report;
-use super::runner::{self, JobTimeline, Runner, RuntimeOptions};
+use super::runner::RuntimeOptions;
+use super::scheduler_settings::SchedulerOptions;
 use super::shape::{CLASSES, Shape};
 
 /// The schedulers' Lease (and the release name of the fencing policy).
@@ -71,28 +68,6 @@ pub struct ChaosConfig {
     pub logs_dir: PathBuf,
 }
 
-fn round(v: f64, digits: i32) -> f64 {
-    let f = 10f64.powi(digits);
-    (v * f).round() / f
-}
-
-/// Seconds without a leader between `from` and `to`, per the leadership
-/// changes.
-fn leaderless_between(changes: &[monitor::LeaderChange], from: f64, to: f64) -> f64 {
-    let mut total = 0.0;
-    for (k, c) in changes.iter().enumerate() {
-        if !c.leaders.is_empty() {
-            continue;
-        }
-        let end = changes.get(k + 1).map_or(to, |n| n.at_s);
-        let (a, b) = (c.at_s.max(from), end.min(to));
-        if b > a {
-            total += b - a;
-        }
-    }
-    total
-}
-
 /// Runs the chaos phase and returns its JSON result and the list of what
 /// failed (empty: passed).
 pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<String>)> {
@@ -103,14 +78,17 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     let stats = Arc::new(ApiStats::default());
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    phase::prepare(&admin, &shape, PhaseKind::Run, None).await?;
+    // The run phase's jobs, quotas and checks; the components are the
+    // chaos run's own (replicated processes), and faults come on top.
+    let spec = PhaseSpec::RUN;
+    phase::prepare(&admin, &shape, &spec, None).await?;
     install::fencing_policy(&cp, keys::SYSTEM_NAMESPACE, LEASE).await?;
 
     eprintln!("[chaos] starting 2 webhooks, the balancer and 2 schedulers (processes)");
     let (webhooks, balancer) = start_webhooks(&cp, &admin, &webhook_bin).await?;
     let balancer = Arc::new(balancer);
     let mut scheduler_options = config.scheduler.clone();
-    scheduler_options.root_cpu = Some(shape.root_cpu);
+    scheduler_options.root_cpu = spec.limits_bind().then_some(shape.root_cpu);
     let (schedulers, proxies) =
         start_schedulers(&cp, &admin, &shape, &scheduler_options, &scheduler_bin).await?;
     let fleet = Arc::new(AsyncMutex::new(Fleet {
@@ -135,25 +113,25 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
             .join(", "),
         load_before.unwrap_or_default()
     );
-    let mut runtime = config.runtime.clone();
-    runtime.class_runtimes = true;
-    let runner = Runner::start(shape.clone(), runner_client.clone(), runtime, true);
+    let mut flow = JobFlow::start(
+        &spec,
+        shape.clone(),
+        runner_client.clone(),
+        config.runtime.clone(),
+    );
+    let runner = flow.runner().clone();
     let t0 = runner.t0();
     let checker = Checker::start(
         shape.clone(),
         runner_client.clone(),
         t0,
-        true,
+        spec.limits_bind(),
         Some(runner.clone()),
     );
     let (monitor, monitor_task) =
         Monitor::start(fleet.clone(), admin.clone(), t0, Duration::from_secs(1));
-    let mut generation = Some(tokio::spawn(runner::create_paced(
-        shape.clone(),
-        runner.clone(),
-        creator,
-        false,
-    )));
+    // Paced arrivals: no create concurrency applies.
+    flow.arrive(&spec, creator, 0, None)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let fault_task = tokio::spawn(faults::run(
         faults::Target {
@@ -169,26 +147,18 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     ));
 
     let mut failures = Vec::new();
-    let mut generation_done_at = None;
     let mut jobs_finished_at: Option<Instant> = None;
     let started = Instant::now();
     let mut last_progress = Instant::now();
     loop {
-        if let Some(task) = &generation
-            && task.is_finished()
-        {
-            if let Some(task) = generation.take() {
-                match task.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => failures.push(format!("job creation failed: {e:#}")),
-                    Err(e) => failures.push(format!("the job creation task failed: {e}")),
-                }
-            }
-            generation_done_at = Some(runner.now());
+        match flow.creation_ended().await {
+            Some(Ok(Err(e))) => failures.push(format!("job creation failed: {e:#}")),
+            Some(Err(e)) => failures.push(format!("the job creation task failed: {e}")),
+            Some(Ok(Ok(()))) | None => {}
         }
         let finished = runner.finished();
         let succeeded = checker.succeeded();
-        if generation.is_none() && finished >= n {
+        if !flow.creating() && finished >= n {
             // Every job ran to its end: its unit must follow, within the
             // settle time.
             let since = *jobs_finished_at.get_or_insert_with(Instant::now);
@@ -196,18 +166,12 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
                 break;
             }
         }
-        if generation.is_none() && !failures.is_empty() {
+        if !flow.creating() && !failures.is_empty() {
             break;
         }
         if last_progress.elapsed() >= Duration::from_secs(10) {
             last_progress = Instant::now();
-            let timelines = runner.timelines();
-            let created = timelines.iter().filter(|j| j.created.is_some()).count();
-            let released = timelines.iter().filter(|j| !j.releases.is_empty()).count();
-            eprintln!(
-                "[chaos] {:>6.1}s created {created}/{n} released {released} finished {finished} units succeeded {succeeded}",
-                runner.now()
-            );
+            flow.print_progress("chaos", succeeded);
         }
         if started.elapsed() > config.timeout {
             failures.push(format!(
@@ -263,17 +227,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     checker.stop();
 
     let timelines = runner.timelines();
-    let last_finish = timelines
-        .iter()
-        .filter_map(|j| j.finished)
-        .fold(0.0f64, f64::max);
-    let wall_seconds = last_finish
-        .max(checker.last_succeeded_at())
-        .max(generation_done_at.unwrap_or(0.0));
-    let creation_seconds = timelines
-        .iter()
-        .filter_map(|j| j.created)
-        .fold(0.0f64, f64::max);
+    let (wall_seconds, creation_seconds) = flow.times(checker.last_succeeded_at());
 
     // The checks.
     let running_usage = runner.running_usage();
@@ -355,31 +309,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     }
     let leadership = monitor.leadership();
     let end = runner.now();
-    let fault_json: Vec<Value> = fault_records
-        .iter()
-        .enumerate()
-        .map(|(k, f)| {
-            let until = fault_records.get(k + 1).map_or(end, |n| n.at_s);
-            let before = leadership
-                .iter()
-                .rev()
-                .find(|c| c.at_s <= f.at_s)
-                .map(|c| c.leaders.clone())
-                .unwrap_or_default();
-            let after = leadership
-                .iter()
-                .rev()
-                .find(|c| c.at_s <= until)
-                .map(|c| c.leaders.clone())
-                .unwrap_or_default();
-            json!({
-                "kind": f.kind.name(), "at_s": round(f.at_s, 1), "healed_s": round(f.healed_s, 1),
-                "injected": f.injected, "detail": f.detail, "error": f.error,
-                "leaders_before": before, "leaders_before_next_fault": after,
-                "leaderless_s_until_next_fault": round(leaderless_between(&leadership, f.at_s, until), 1),
-            })
-        })
-        .collect();
+    let fault_json = fault_list(&fault_records, &leadership, end);
     let scheduler_totals = monitor.totals("scheduler");
     let webhook_totals = monitor.totals("webhook");
     let relists = scheduler_totals
@@ -494,16 +424,4 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     drop(balancer);
     cp.stop().await;
     Ok((json, failures))
-}
-
-/// The fault plan's settings for the JSON.
-pub fn plan_json(plan: &FaultPlan) -> Value {
-    json!({
-        "kinds": plan.kinds.iter().map(|k: &FaultKind| k.name()).collect::<Vec<_>>(),
-        "interval": format!("{:?}", plan.interval),
-        "min_gap_after_heal": format!("{:?}", faults::MIN_GAP),
-        "restart_after": format!("{:?}", plan.restart_after),
-        "delay_chunk": format!("{:?}", plan.delay_chunk),
-        "delay_for": format!("{:?}", plan.delay_for),
-    })
 }

@@ -2,7 +2,21 @@
 //! balancer, two schedulers each behind its own proxy, with the flags the
 //! in-process components of the other phases get.
 
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+use koord_queue_tests::kubeconfig::Credentials;
+use koord_queue_tests::proxy::{Backend, Balancer, Proxy};
+use koord_queue_tests::webhook::SCHEDULER_USER;
+use koord_queue_tests::{ControlPlane, fixtures};
+
+use super::LEASE;
+use super::fleet::{self, Member, free_addr, wait_admin};
+use crate::components;
+use crate::member;
+use crate::scheduler_settings::{SchedulerOptions, scheduler_config};
+use crate::shape::Shape;
 
 /// Starts both webhooks (flags as the in-process one of the other phases:
 /// the scheduler's user, cross-namespace quotas, the serving certificate
@@ -63,7 +77,7 @@ pub(super) async fn start_schedulers(
     program: &Path,
 ) -> Result<(Vec<Member>, Vec<Proxy>)> {
     let config_path = cp.dir().join("bench-scheduler-config.yaml");
-    std::fs::write(&config_path, components::scheduler_config(options.root_cpu))?;
+    std::fs::write(&config_path, scheduler_config(options.root_cpu))?;
     let cert = cp.pki().client_cert(SCHEDULER_USER, &["system:masters"])?;
     let credentials = Credentials::Certificate {
         cert_pem: cert.cert_pem,

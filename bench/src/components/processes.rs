@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use koord_queue_tests::ControlPlane;
 
-use super::{Components, SCHEDULER_PROCESS, SchedulerOptions, WEBHOOK_PROCESS, wait_for_queues};
+use super::{Components, SCHEDULER_PROCESS, WEBHOOK_PROCESS, wait_for_queues};
 use crate::admin_scrape::{answers_ok, leads, scrape};
 use crate::member::{self, Member, free_addr, wait_admin};
+use crate::scheduler_settings::SchedulerOptions;
 use crate::shape::Shape;
 
 /// Starts the webhook (admin credentials, its serving certificate from the

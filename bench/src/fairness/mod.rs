@@ -22,8 +22,8 @@ use anyhow::Result;
 
 use self::plan::FairnessConfig;
 use self::run::RunRecord;
-use crate::components::SchedulerOptions;
 use crate::runner::RuntimeOptions;
+use crate::scheduler_settings::SchedulerOptions;
 
 /// Runs the scenario once per mode (`true`: fair sharing on), one after
 /// the other. Returns the records and what failed.

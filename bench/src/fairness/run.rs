@@ -21,10 +21,11 @@ use super::shares::Sample;
 use crate::admin_scrape::{self, Metrics};
 use crate::api_stats::{self, ApiStats, Component};
 use crate::checker::Checker;
-use crate::components::{Components, SchedulerOptions};
-use crate::phase::{self, PhaseKind};
+use crate::components::Components;
+use crate::phase::{self, PhaseSpec};
 use crate::quota::Violation;
 use crate::runner::{self, Runner, RuntimeOptions};
+use crate::scheduler_settings::SchedulerOptions;
 use crate::shape::Shape;
 
 /// What one run saw.
@@ -147,7 +148,7 @@ pub async fn run(
     let stats = Arc::new(ApiStats::default());
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    phase::prepare(&admin, &shape, PhaseKind::Run, None).await?;
+    phase::prepare(&admin, &shape, &PhaseSpec::RUN, None).await?;
     set_quotas(&admin, config, fair).await?;
     let mut options = scheduler.clone();
     options.root_cpu = Some(shape.root_cpu);

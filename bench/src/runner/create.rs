@@ -1,7 +1,16 @@
 //! Creating the benchmark's jobs: one with retries (an existing job counts
 //! as created), paced as Kueue's runner paces them, or as fast as allowed.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, PostParams};
+
+use super::Runner;
+use crate::shape::{CLASSES, Shape};
 
 /// Creates job `i` (with retries; an existing job counts as created).
 pub async fn create_job(

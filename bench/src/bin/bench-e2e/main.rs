@@ -46,10 +46,11 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::Parser;
-use koord_queue_bench::components::{Placement, SchedulerOptions};
+use koord_queue_bench::components::Placement;
 use koord_queue_bench::floor::FloorWrites;
 use koord_queue_bench::phase::{PhaseConfig, PhaseKind};
 use koord_queue_bench::runner::RuntimeOptions;
+use koord_queue_bench::scheduler_settings::SchedulerOptions;
 use koord_queue_bench::shape::{Shape, parse_scale};
 use koord_queue_runtime::parse_duration;
 use serde_json::json;

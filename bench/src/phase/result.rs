@@ -3,13 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use super::admin_scrape::Metrics;
-use super::api_stats::{self, Component, RequestKey, RequestStat, ServerRequests};
-use super::floor::FloorWrites;
-use super::phase::PhaseKind;
-use super::quota::{Usage, Violation};
-use super::runner::{self, JobTimeline};
 use koord_queue_tests::proc_stats::CpuUsage;
+
+use super::PhaseKind;
+use crate::admin_scrape::Metrics;
+use crate::api_stats::{self, Component, RequestKey, RequestStat, ServerRequests};
+use crate::checker::Preemptions;
+use crate::floor::FloorWrites;
+use crate::quota::{Usage, Violation};
+use crate::runner::{self, JobTimeline};
 
 /// What a phase measured.
 #[derive(Debug)]
@@ -38,7 +40,7 @@ pub struct PhaseResult {
     /// Entries of units into each phase.
     pub phase_entries: BTreeMap<String, usize>,
     /// Preemptions seen on the units (`None` for Kueue's Workloads).
-    pub preemptions: Option<crate::checker::Preemptions>,
+    pub preemptions: Option<Preemptions>,
     /// CPU time.
     pub cpu: CpuUsage,
     /// Peak RSS of this process during the phase, KiB.
