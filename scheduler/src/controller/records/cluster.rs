@@ -1,6 +1,11 @@
 //! What the controller keeps of the cluster around the units: ElasticQuotas, Queues, nodes, namespaces' ResourceQuotas.
 
-use super::*;
+use koord_queue_api::ResourceListExt as _;
+use kube::ResourceExt as _;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, Resources, keys};
 
 /// What the controller knows of an ElasticQuota.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,6 +1,13 @@
 //! What the controller keeps of a job and of its pods, and the patches that hold and release a job.
 
-use super::*;
+use kube::ResourceExt as _;
+use std::sync::Arc;
+
+use koord_queue_api::jobs::watched::WatchedJob;
+use koord_queue_api::jobs::{JobAdapter, JobState};
+use koord_queue_api::{Resources, jobs, keys};
+
+use super::{Key, Name, intern, key};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_queue_api::jobs::pod_group::{self, Member, Membership};
 

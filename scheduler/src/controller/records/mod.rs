@@ -14,13 +14,7 @@ pub use unit::{QUOTA_FINALIZER, UnitRecord};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::Node;
-use koord_queue_api::ResourceListExt as _;
-use koord_queue_api::jobs::watched::WatchedJob;
-use koord_queue_api::jobs::{self, JobAdapter, JobState};
-use koord_queue_api::queue_unit::QueueUnitPhase;
-use koord_queue_api::{ElasticQuota, Queue, QueuePolicy, QueueUnit, Resources, keys};
-use kube::ResourceExt;
+use koord_queue_api::jobs::{self, JobAdapter};
 
 /// `namespace/name`.
 pub type Key = Arc<str>;
@@ -111,6 +105,9 @@ pub fn adapter_for(api_version: &str, kind: &str) -> Option<&'static dyn JobAdap
 #[cfg(test)]
 mod tests {
     use super::*;
+    use koord_queue_api::jobs::JobState;
+    use koord_queue_api::jobs::watched::WatchedJob;
+    use koord_queue_api::keys;
 
     #[test]
     fn repeated_names_share_one_copy_and_unused_ones_are_dropped() {

@@ -1,6 +1,12 @@
 //! What the controller keeps of a QueueUnit.
 
-use super::*;
+use job::JobKey;
+use koord_queue_api::ResourceListExt as _;
+use koord_queue_api::queue_unit::QueueUnitPhase;
+use koord_queue_api::{QueueUnit, Resources, jobs, keys};
+use kube::ResourceExt as _;
+
+use super::{Key, Labels, Name, intern, job, key, rv_number};
 
 /// The finalizer the scheduler puts on a unit when it releases it, and
 /// takes off once the unit is deleted and no pod it paid for is alive.

@@ -3,7 +3,15 @@
 //! Decided by `decide.rs`; kept apart so that the lifecycle table there
 //! reads as the steps of a unit, not the arithmetic of one of them.
 
-use super::*;
+use std::time::Duration;
+
+use koord_queue_api::queue_unit::QueueUnitPhase;
+
+use super::decide::UnitView;
+use super::{job_ref, millis, queue_of};
+use crate::controller::clock::wall_time;
+use crate::controller::records::JobRecord;
+use crate::controller::writes::Write;
 
 /// A backoff write: exponential from 10 s, doubling, capped at 15 min,
 /// with ±10 % jitter so that units sent back together do not return together.

@@ -4,7 +4,18 @@
 //! that write does to the unit's quota; the controller
 //! ([`super::lifecycle`]) carries it out.
 
-use super::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use koord_queue_api::jobs::JobState;
+use koord_queue_api::queue_unit::{AdmissionCheckState, CheckState, QueueUnitPhase};
+
+use super::backoff::{backoff, sched_failed_reason};
+use super::lifecycle::{admissions, selector_matches};
+use super::{Membership, job_ref, millis, queue_of};
+use crate::controller::clock::wall_time;
+use crate::controller::records::{Grouping, JobRecord, Key, PodRecord, QueueRecord, UnitRecord};
+use crate::controller::writes::Write;
 
 /// Everything one unit's next step is decided from.
 pub(super) struct UnitView<'a> {

@@ -7,6 +7,7 @@ use koord_queue_api::jobs::watched::WatchedJob;
 use serde_json::{Value, json};
 
 use super::*;
+use koord_queue_api::keys;
 
 const NOW_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 

@@ -7,8 +7,12 @@
 //! without units, quotas, Queues or nodes); both are reported in the log,
 //! `watch_failing` and `/readyz`.
 
-use super::*;
+use std::collections::HashSet;
+
+use super::{Controller, Membership};
 use crate::controller::metrics::SourceLabels;
+use crate::controller::records::{Key, UnitRecord};
+use crate::controller::sources::SourceName;
 
 impl Controller {
     fn report_failing(&self, source: &str, why: Option<&str>) {

@@ -6,7 +6,10 @@
 
 use koord_queue_api::jobs::pod_group::{self, Member};
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+
+use super::split_key;
+use crate::controller::records::{Grouping, JobKey, JobRecord, Key, key};
 
 /// The groups' members, and each member pod's group.
 #[derive(Debug, Default)]
@@ -139,6 +142,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use koord_queue_api::jobs::JobState;
+    use koord_queue_api::keys;
 
     fn member(name: &str, gated: bool, phase: &str, created: &str) -> JobRecord {
         let gates = if gated {

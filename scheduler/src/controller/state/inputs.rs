@@ -1,6 +1,15 @@
 //! Inputs: every watch change, leadership change and tick turned into record and core updates.
 
-use super::*;
+use koord_queue_api::Resources;
+use koord_queue_api::jobs::JobState;
+
+use super::{CACHES_SYNCED, Controller, FIRST_CYCLE, Membership, UnitState, job_ref};
+use crate::controller::records::{
+    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QueueRecord, UnitRecord, key,
+};
+use crate::controller::sources::{Change, Input, SourceName};
+use crate::controller::writes::Write;
+use crate::core::QueueDef;
 
 impl Controller {
     pub(super) fn on_input(&mut self, input: Input) {

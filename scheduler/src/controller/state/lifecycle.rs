@@ -2,7 +2,17 @@
 //! unit follows its record and job, and the step [`next_step`] decides is
 //! submitted.
 
-use super::*;
+use koord_queue_api::ResourceListExt as _;
+use koord_queue_api::Resources;
+use koord_queue_api::jobs::JobState;
+use koord_queue_api::queue_unit::Admission;
+
+use super::decide::{Intent, UnitView, desired_membership, finished, gang_complete, next_step};
+use super::failing::{kind_unseen, membership_of_unit_alone};
+use super::pods::group_of;
+use super::{Controller, Membership, core_step, job_ref, queue_of};
+use crate::controller::records::{Grouping, Key, Labels, UnitRecord};
+use crate::controller::writes::Write;
 
 impl Controller {
     /// Brings the core's view of unit `k` in line with the observed unit and

@@ -9,12 +9,6 @@ mod groups;
 mod inputs;
 mod lifecycle;
 mod pods;
-
-use backoff::*;
-use decide::*;
-use failing::*;
-use lifecycle::*;
-use pods::*;
 mod quotas;
 mod release;
 mod relist;
@@ -22,32 +16,30 @@ mod repair;
 mod results;
 mod visibility;
 
-use repair::Repair;
-use visibility::*;
-
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use koord_queue_api::ResourceListExt as _;
-use koord_queue_api::jobs::JobState;
-use koord_queue_api::queue::QueueItemDetail;
-use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, CheckState, QueueUnitPhase};
-use koord_queue_api::{Queue, QueueSpec, QueueStatus, Resources, keys};
+use koord_queue_api::Resources;
+use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
 use koord_queue_runtime::{Leadership, Readiness};
 use tokio::sync::{mpsc, watch};
 
-use super::clock::{Now, Stopwatch, wall_time};
-use super::metrics::{AttemptLabels, Metrics, QueueLabels, QuotaLabels};
+use decide::{Intent, OnSubmit};
+use pods::{PodGroup, Pods};
+use repair::Repair;
+use visibility::Visibility;
+
+use super::clock::Now;
+use super::metrics::Metrics;
 use super::quota_names::QuotaNames;
 use super::records::{
-    Grouping, JobKey, JobRecord, Key, Labels, NamespaceQuotaRecord, NodeRecord, PodRecord,
-    QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord, UnitRecord, key,
+    Grouping, JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QueueRecord, QuotaRecord,
+    UnitRecord,
 };
-use super::sources::{Change, Input, SourceName};
-use super::writes::{Claim, GroupTarget, JobRef, Outcome, Write, WriteSink, Written};
-use crate::core::{CapacitySource, Core, QueueDef, QuotaDef, RootCapacity, UnitDef};
+use super::sources::{Input, SourceName};
+use super::writes::{Claim, GroupTarget, JobRef, Write, WriteSink, Written};
+use crate::core::{Core, RootCapacity, UnitDef};
 
 /// Readiness condition: every watch has its initial list.
 pub const CACHES_SYNCED: &str = "caches synced";

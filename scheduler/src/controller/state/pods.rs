@@ -11,7 +11,13 @@
 //! theirs (`UnitRecord::job_uids`, the consumer uid kept in the unit's
 //! spec): the pair survives the job's object and a restart of the scheduler.
 
-use super::*;
+use std::collections::HashMap;
+
+use koord_queue_api::queue_unit::QueueUnitPhase;
+
+use super::{Controller, UnitState};
+use crate::controller::records::{JobKey, JobRecord, Key, PodRecord, UnitRecord};
+use crate::controller::sources::Change;
 
 /// A unit deleted while pods it paid for still ran, and which carried no
 /// `records::QUOTA_FINALIZER` to keep its object until they are gone (released by

@@ -1,6 +1,13 @@
 //! ElasticQuotas and their Queues: the quota of each name into the core, one Queue per quota, the root capacity.
 
-use super::*;
+use k8s_openapi::api::core::v1::ObjectReference;
+use koord_queue_api::{Queue, QueueSpec, Resources, keys};
+
+use super::Controller;
+use crate::controller::records::{QUEUE_FOR_QUOTA_LABEL, QuotaRecord};
+use crate::controller::sources::Change;
+use crate::controller::writes::Write;
+use crate::core::{CapacitySource, QuotaDef, RootCapacity};
 
 impl Controller {
     pub(super) fn on_quota(&mut self, change: Change<Box<QuotaRecord>>) {

@@ -1,6 +1,10 @@
 //! The scheduling cycle: the core decides, its decisions become releases and reclaims.
 
-use super::*;
+use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, backoff};
+use super::decide::{Intent, release};
+use super::{Controller, FIRST_CYCLE, Membership, core_step};
+use crate::controller::clock::Stopwatch;
+use crate::controller::records::Key;
 
 impl Controller {
     pub(super) fn cycle(&mut self) {

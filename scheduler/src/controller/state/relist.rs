@@ -4,8 +4,9 @@
 //! way of a deletion seen live, so quota is freed once — by the same path —
 //! and nothing is freed twice.
 
-use super::*;
+use super::Controller;
 use crate::controller::metrics::SourceLabels;
+use crate::controller::sources::Change;
 use crate::controller::sources::Listed;
 
 /// Of `present`, the keys `listed` does not hold.

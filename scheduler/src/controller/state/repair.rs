@@ -1,6 +1,14 @@
 //! Housekeeping: orphan units collected, jobs without their unit held or given one again (architecture §4.6).
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use super::decide::{Intent, finished};
+use super::failing::kind_unseen;
+use super::{Controller, job_ref};
+use crate::controller::clock::Now;
+use crate::controller::records::{JobKey, Key};
+use crate::controller::writes::Write;
 
 /// Only jobs younger than this get a missing unit re-created: the webhook's
 /// create of an answered job is late by seconds at most, while an old held

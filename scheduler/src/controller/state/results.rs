@@ -1,6 +1,13 @@
 //! The results of writes: what a finished, failed or withdrawn write means for the records and the core.
 
-use super::*;
+use koord_queue_api::Resources;
+use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
+
+use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED};
+use super::{Controller, Membership, core_step, job_ref, queue_of};
+use crate::controller::metrics::AttemptLabels;
+use crate::controller::records::{JobKey, Key};
+use crate::controller::writes::{JobRef, Outcome, Write, Written};
 
 impl Controller {
     pub(super) fn on_written(&mut self, done: Written) {

@@ -1,5 +1,13 @@
 //! Tests of the controller's state machine that need no API server.
+use super::backoff::{BACK_IN_QUEUE, backoff_delay, sched_failed_reason};
+use super::decide::{desired_membership, effective_phase};
+use super::lifecycle::selector_matches;
+use super::visibility::{VisibilityGate, scan_positions};
 use super::*;
+use crate::controller::records::{Labels, key};
+use crate::core::{QueueDef, QuotaDef};
+use koord_queue_api::jobs::JobState;
+use std::collections::BTreeMap;
 
 #[test]
 fn backoff_doubles_from_ten_seconds_up_to_fifteen_minutes_with_jitter() {

@@ -1,6 +1,18 @@
 //! What users see: positions and reasons on units, Queue status, metrics.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use koord_queue_api::QueueStatus;
+use koord_queue_api::queue::QueueItemDetail;
+use koord_queue_api::queue_unit::QueueUnitPhase;
+
+use super::{Controller, UnitState, job_ref, split_key};
+use crate::controller::metrics::{QueueLabels, QuotaLabels};
+use crate::controller::records::Key;
+use crate::controller::writes::Write;
+use crate::core::Core;
 
 /// Minimum interval between two "Waiting" Events of one job.
 const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);

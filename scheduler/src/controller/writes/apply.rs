@@ -2,8 +2,20 @@
 
 use koord_queue_api::jobs::HoldWrite;
 
-use super::writer::*;
-use super::*;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
+use koord_queue_api::{Queue, QueueStatus, WriteAck};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::writer::{FIELD_MANAGER, Fenced, Writer, now, outcome_of, outcome_unknown, split};
+use super::{Outcome, Write};
+use crate::controller::job_ref::JobRef;
+use crate::controller::records::Key;
 
 impl Writer {
     pub(super) async fn patch_unit_status(
@@ -529,6 +541,8 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::Ordering;
 
     fn api(code: u16) -> kube::Error {
         kube::Error::Api(Box::new(

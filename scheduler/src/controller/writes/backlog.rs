@@ -1,7 +1,11 @@
 //! The backlog of writes: lanes by urgency, one write in flight per unit,
 //! a unit's next write held until the watch shows its last one.
 
-use super::*;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::{Claim, EVENT_BACKLOG, Outcome, Write};
+use crate::controller::records::Key;
 
 /// How urgent a write is; lower is served first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +162,8 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::writes::{JobRef, WriteLatency};
+    use koord_queue_api::queue_unit::QueueUnitPhase;
 
     fn job() -> JobRef {
         JobRef {

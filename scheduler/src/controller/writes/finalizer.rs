@@ -4,8 +4,12 @@
 
 use kube::api::ObjectMeta;
 
-use super::writer::*;
-use super::*;
+use koord_queue_api::QueueUnit;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::writer::{Writer, split};
+use crate::controller::records::Key;
 use crate::controller::records::QUOTA_FINALIZER;
 
 /// The field manager that owns the finalizer on units. Its own name, so

@@ -13,8 +13,11 @@ use koord_queue_api::jobs::{self, HoldWrite, JobState};
 use koord_queue_api::keys;
 use kube::api::ListParams;
 
-use super::writer::*;
-use super::*;
+use kube::api::Api;
+
+use super::writer::{Writer, split};
+use crate::controller::job_ref::{GroupTarget, JobRef};
+use crate::controller::records::Key;
 
 /// A member pod as listed: its record for the plan, and what a write to it
 /// is conditional on.

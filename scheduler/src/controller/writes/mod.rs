@@ -20,23 +20,16 @@ mod finalizer;
 mod group;
 mod writer;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
-use koord_queue_api::{Queue, QueueStatus, QueueUnit, WriteAck};
-use koord_queue_runtime::Leadership;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
-use tokio::sync::{Notify, mpsc};
+use koord_queue_api::{Queue, QueueStatus};
 
 pub use super::job_ref::{GroupTarget, JobRef};
-use super::metrics::Metrics;
 use crate::controller::records::Key;
 
 use backlog::Lane;

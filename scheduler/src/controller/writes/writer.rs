@@ -1,8 +1,20 @@
 //! The writer: slots that take the most urgent write from the backlog and
 //! perform it while this replica leads.
 
-use super::backlog::*;
-use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use koord_queue_api::{QueueUnit, WriteAck};
+use koord_queue_runtime::Leadership;
+use kube::api::Api;
+use tokio::sync::{Notify, mpsc};
+
+use super::backlog::{Backlog, SETTLE_POLL};
+use super::{Claim, Outcome, Write, WriteLatency, Written};
+use crate::controller::metrics::Metrics;
+use crate::controller::records::Key;
 
 /// Runs writes.
 #[derive(Clone)]

@@ -3,6 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::controller::records::PodRecord;
+use crate::controller::sources::Change;
+use crate::controller::writes::Outcome;
+use koord_queue_api::keys;
 
 /// A relist that no longer finds a running unit and its job (deleted while
 /// the watch was away) frees the quota they held, once; one that finds

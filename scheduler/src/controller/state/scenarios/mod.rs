@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::controller::metrics::Metrics;
+use crate::controller::sources::Change;
+use crate::controller::writes::Outcome;
+use koord_queue_api::{Queue, keys};
 
 /// Records the writes the controller asks for.
 #[derive(Clone, Default)]

@@ -2,6 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::controller::sources::Change;
+use crate::controller::state::backoff::PREEMPTED;
+use koord_queue_api::keys;
 
 /// A queue that preempts inside its quota: a high-priority unit that does
 /// not fit sends the lower-priority running unit back with the reason

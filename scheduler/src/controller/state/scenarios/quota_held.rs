@@ -5,7 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::controller::records::PodRecord;
 use crate::controller::records::QUOTA_FINALIZER;
+use crate::controller::sources::Change;
+use koord_queue_api::keys;
 
 /// CPU (millicores) the core counts as used.
 fn used(s: &Scenario) -> i64 {
