@@ -1,0 +1,402 @@
+//! The HTTP side: one handler per path, each authenticating the request
+//! (the front proxy's headers), authorizing it (a SubjectAccessReview) and
+//! answering from the state's owner; errors are Kubernetes `Status` objects.
+
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::authn::{Refusal, RequestHeaderConfig, User};
+use crate::authz::{Attributes, Verdict};
+use crate::discovery;
+use crate::queries::{Answer, Ask, Page, Queries, Unanswered};
+use crate::table;
+use crate::types::{API_VERSION, PendingUnitList, QuotaUsageList};
+
+/// The common name of the client certificate of a connection (`None`
+/// without one), put into each request by the TLS acceptor.
+#[derive(Clone, Debug, Default)]
+pub struct PeerName(pub Option<String>);
+
+/// Decides whether a user may do something (in production a
+/// SubjectAccessReview; a test may decide itself).
+pub trait Authorize: Send + Sync + std::fmt::Debug {
+    /// The verdict, or why none could be had.
+    fn authorize<'a>(
+        &'a self,
+        user: &'a User,
+        attrs: &'a Attributes,
+    ) -> BoxFuture<'a, Result<Verdict, String>>;
+}
+
+impl Authorize for crate::authz::Authorizer {
+    fn authorize<'a>(
+        &'a self,
+        user: &'a User,
+        attrs: &'a Attributes,
+    ) -> BoxFuture<'a, Result<Verdict, String>> {
+        Box::pin(async move {
+            crate::authz::Authorizer::authorize(self, user, attrs)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub struct ApiState {
+    /// Asks the state's owner.
+    pub queries: Queries,
+    /// Authorizes.
+    pub authorizer: Arc<dyn Authorize>,
+    /// The request-header settings (`Err`: not loaded, and why).
+    pub request_header: Arc<RwLock<Result<RequestHeaderConfig, String>>>,
+    /// The system namespace: the only one with Queues.
+    pub system_namespace: Arc<str>,
+}
+
+/// The router of the API (discovery, OpenAPI and the five read paths).
+pub fn router(state: ApiState) -> Router {
+    let base = format!("/apis/{API_VERSION}");
+    Router::new()
+        .route("/apis", get(|| async { Json(discovery::group_list()) }))
+        .route(
+            &format!("/apis/{}", crate::types::GROUP),
+            get(|| async { Json(discovery::group()) }),
+        )
+        .route(&base, get(|| async { Json(discovery::resource_list()) }))
+        .route(
+            "/openapi/v2",
+            get(|| async { Json(discovery::openapi_v2()) }),
+        )
+        .route(
+            "/openapi/v3",
+            get(|| async { Json(discovery::openapi_v3_index()) }),
+        )
+        .route(
+            &format!("/openapi/v3/apis/{API_VERSION}"),
+            get(|| async { Json(discovery::openapi_v3()) }),
+        )
+        .route(&format!("{base}/pendingunits"), get(all_pending))
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/pendingunits"),
+            get(namespace_pending),
+        )
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/queues/{{name}}/pendingunits"),
+            get(queue_pending),
+        )
+        .route(&format!("{base}/quotausages"), get(all_quotas))
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/quotausages"),
+            get(namespace_quotas),
+        )
+        .fallback(|| async {
+            status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the path is not served here".into(),
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
+        .with_state(state)
+}
+
+/// A Kubernetes `Status` answer.
+pub fn status(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (code, Json(body)).into_response()
+}
+
+/// Authenticates every request (discovery too: only the API server may
+/// call); the user goes into the request for the handlers.
+async fn authenticate(
+    State(state): State<ApiState>,
+    peer: Option<Extension<PeerName>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let peer = peer.and_then(|Extension(p)| p.0);
+    let user = match state.request_header.read() {
+        Ok(guard) => match &*guard {
+            Ok(config) => config.authenticate(peer.as_deref(), request.headers()),
+            Err(why) => Err(Refusal::NotConfigured(why.clone())),
+        },
+        Err(_) => Err(Refusal::NotConfigured("lock poisoned".into())),
+    };
+    match user {
+        Ok(user) => {
+            use tracing::Instrument as _;
+            let span =
+                tracing::info_span!("visibility", user = %user.name, path = %request.uri().path());
+            request.extensions_mut().insert(user);
+            next.run(request).instrument(span).await
+        }
+        Err(refusal @ Refusal::NotConfigured(_)) => status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            refusal.to_string(),
+        ),
+        Err(refusal) => status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            refusal.to_string(),
+        ),
+    }
+}
+
+/// The query parameters of a list.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListParams {
+    limit: Option<String>,
+    offset: Option<String>,
+    #[serde(rename = "continue")]
+    continue_: Option<String>,
+}
+
+impl ListParams {
+    /// The page asked for; `continue` (what an earlier page handed out) and
+    /// `offset` both name the items skipped.
+    fn page(&self) -> Result<Page, String> {
+        let number = |name: &str, value: &Option<String>| -> Result<Option<usize>, String> {
+            match value.as_deref() {
+                None | Some("") => Ok(None),
+                Some(v) => v
+                    .parse::<usize>()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={v:?}: not a non-negative integer")),
+            }
+        };
+        let offset = number("continue", &self.continue_)?
+            .or(number("offset", &self.offset)?)
+            .unwrap_or(0);
+        // `limit=0` is "no limit", as for any Kubernetes list.
+        let limit = number("limit", &self.limit)?.filter(|l| *l > 0);
+        Ok(Page { offset, limit })
+    }
+}
+
+/// Whether the client asks for a `meta.k8s.io` Table (`kubectl get`).
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+/// Authorizes `attrs` for `user`, then asks and renders the answer.
+async fn answer(
+    state: &ApiState,
+    user: &User,
+    attrs: Attributes,
+    ask: Ask,
+    params: &ListParams,
+    headers: &HeaderMap,
+) -> Response {
+    let page = match params.page() {
+        Ok(p) => p,
+        Err(why) => return status(StatusCode::BAD_REQUEST, "BadRequest", why),
+    };
+    match state.authorizer.authorize(user, &attrs).await {
+        Ok(Verdict::Allowed) => {}
+        Ok(Verdict::Denied(reason)) => {
+            let because = if reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {reason}")
+            };
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("user {:?} cannot {}{because}", user.name, attrs.describe()),
+            );
+        }
+        Err(e) => {
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("cannot authorize the request: {e}"),
+            );
+        }
+    }
+    let table = wants_table(headers);
+    match state.queries.ask(ask, page).await {
+        Ok(Answer::Units { items, remaining }) => {
+            let next = (remaining > 0).then(|| page.offset + items.len());
+            let list = PendingUnitList::new(items, remaining as u64);
+            let body = if table {
+                table::pending(&list)
+            } else {
+                serde_json::to_value(&list).unwrap_or(Value::Null)
+            };
+            Json(with_continue(body, next)).into_response()
+        }
+        Ok(Answer::Quotas(items)) => {
+            let (items, remaining) = page.cut(items.into_iter());
+            let next = (remaining > 0).then(|| page.offset + items.len());
+            let mut list = QuotaUsageList::new(items);
+            list.metadata.remaining_item_count = (remaining > 0).then_some(remaining as u64);
+            let body = if table {
+                table::quotas(&list)
+            } else {
+                serde_json::to_value(&list).unwrap_or(Value::Null)
+            };
+            Json(with_continue(body, next)).into_response()
+        }
+        Ok(Answer::NoSuchQueue) => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!(
+                "queues.scheduling.x-k8s.io {:?} not found",
+                attrs.name.unwrap_or_default()
+            ),
+        ),
+        Err(e @ (Unanswered::Busy | Unanswered::Timeout(_) | Unanswered::Gone)) => status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            e.to_string(),
+        ),
+    }
+}
+
+/// Sets `metadata.continue` (the next page's offset) on a list or table.
+fn with_continue(mut body: Value, next: Option<usize>) -> Value {
+    if let (Some(next), Some(meta)) = (
+        next,
+        body.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        meta.insert("continue".into(), json!(next.to_string()));
+    }
+    body
+}
+
+async fn all_pending(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    let attrs = Attributes {
+        verb: "list",
+        resource: "pendingunits",
+        subresource: None,
+        namespace: None,
+        name: None,
+    };
+    answer(
+        &state,
+        &user,
+        attrs,
+        Ask::Namespace(None),
+        &params,
+        &headers,
+    )
+    .await
+}
+
+async fn namespace_pending(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Path(namespace): Path<String>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    let attrs = Attributes {
+        verb: "list",
+        resource: "pendingunits",
+        subresource: None,
+        namespace: Some(namespace.clone()),
+        name: None,
+    };
+    answer(
+        &state,
+        &user,
+        attrs,
+        Ask::Namespace(Some(namespace)),
+        &params,
+        &headers,
+    )
+    .await
+}
+
+async fn queue_pending(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    if namespace != *state.system_namespace {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!(
+                "Queues live in the namespace {:?}, not {namespace:?}",
+                &*state.system_namespace
+            ),
+        );
+    }
+    let attrs = Attributes {
+        verb: "get",
+        resource: "queues",
+        subresource: Some("pendingunits"),
+        namespace: Some(namespace),
+        name: Some(name.clone()),
+    };
+    answer(&state, &user, attrs, Ask::Queue(name), &params, &headers).await
+}
+
+async fn all_quotas(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    let attrs = Attributes {
+        verb: "list",
+        resource: "quotausages",
+        subresource: None,
+        namespace: None,
+        name: None,
+    };
+    answer(&state, &user, attrs, Ask::Quotas(None), &params, &headers).await
+}
+
+async fn namespace_quotas(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Path(namespace): Path<String>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    let attrs = Attributes {
+        verb: "list",
+        resource: "quotausages",
+        subresource: None,
+        namespace: Some(namespace.clone()),
+        name: None,
+    };
+    answer(
+        &state,
+        &user,
+        attrs,
+        Ask::Quotas(Some(namespace)),
+        &params,
+        &headers,
+    )
+    .await
+}

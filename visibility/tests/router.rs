@@ -1,0 +1,279 @@
+//! The router with a fake owner of the state and a fake authorizer: who is
+//! let in, what is refused and how, paging, tables. (The real aggregation
+//! layer and SubjectAccessReviews: `tests/tests/visibility_api.rs`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::{Request, StatusCode};
+use koord_queue_visibility::authn::{RequestHeaderConfig, User};
+use koord_queue_visibility::authz::{Attributes, Verdict};
+use koord_queue_visibility::routes::{ApiState, Authorize, PeerName};
+use koord_queue_visibility::{
+    Answer, Ask, ItemMeta, PendingUnit, Queries, WaitReasonView, WaitType, router,
+};
+use serde_json::Value;
+use tower::ServiceExt as _;
+
+/// Allows `alice` in `team-a` only, and records what was asked.
+#[derive(Debug, Default)]
+struct OnlyAliceInTeamA(std::sync::Mutex<Vec<Attributes>>);
+
+impl Authorize for OnlyAliceInTeamA {
+    fn authorize<'a>(
+        &'a self,
+        user: &'a User,
+        attrs: &'a Attributes,
+    ) -> BoxFuture<'a, Result<Verdict, String>> {
+        self.0.lock().unwrap().push(attrs.clone());
+        let ok = user.name == "alice" && attrs.namespace.as_deref() == Some("team-a");
+        Box::pin(async move {
+            Ok(if ok {
+                Verdict::Allowed
+            } else {
+                Verdict::Denied("RBAC: no rule".into())
+            })
+        })
+    }
+}
+
+fn unit(ns: &str, name: &str, position: u64) -> PendingUnit {
+    PendingUnit {
+        metadata: ItemMeta {
+            name: name.into(),
+            namespace: Some(ns.into()),
+            creation_timestamp: None,
+        },
+        job: None,
+        queue: "q".into(),
+        quota: Some("q".into()),
+        position: Some(position),
+        priority: 0,
+        requests: BTreeMap::from([("cpu".into(), "1".into())]),
+        reason: WaitReasonView {
+            kind: WaitType::QuotaExceeded,
+            message: "quota q: cpu 4/4 used, needs 1".into(),
+            quota: Some("q".into()),
+            resource: Some("cpu".into()),
+            short_by: Some("1".into()),
+            behind: None,
+            until: None,
+        },
+        waiting_since: None,
+    }
+}
+
+/// The API over an owner holding five units of `team-a` in one queue `q`.
+fn api() -> axum::Router {
+    let (queries, mut rx) = Queries::channel(8, Duration::from_secs(2));
+    tokio::spawn(async move {
+        while let Some(q) = rx.recv().await {
+            let units: Vec<PendingUnit> = (1..=5)
+                .map(|i| unit("team-a", &format!("u{i}"), i))
+                .collect();
+            let answer = match q.ask {
+                Ask::Queue(name) if name != "q" => Answer::NoSuchQueue,
+                Ask::Quotas(_) => Answer::Quotas(Vec::new()),
+                _ => {
+                    let (items, remaining) = q.page.cut(units.into_iter());
+                    Answer::Units { items, remaining }
+                }
+            };
+            let _ = q.reply.send(answer);
+        }
+    });
+    let data: BTreeMap<String, String> = [
+        ("requestheader-client-ca-file", "unused here"),
+        ("requestheader-allowed-names", r#"["front-proxy-client"]"#),
+        ("requestheader-username-headers", r#"["X-Remote-User"]"#),
+        ("requestheader-group-headers", r#"["X-Remote-Group"]"#),
+        (
+            "requestheader-extra-headers-prefix",
+            r#"["X-Remote-Extra-"]"#,
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    router(ApiState {
+        queries,
+        authorizer: Arc::new(OnlyAliceInTeamA::default()),
+        request_header: Arc::new(RwLock::new(Ok(
+            RequestHeaderConfig::from_configmap(&data).unwrap()
+        ))),
+        system_namespace: "koord-queue".into(),
+    })
+}
+
+async fn get(path: &str, peer: Option<&str>, user: &str, table: bool) -> (StatusCode, Value) {
+    let mut request = Request::get(path).header("X-Remote-User", user);
+    if table {
+        request = request.header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io");
+    }
+    let mut request = request.body(Body::empty()).unwrap();
+    request
+        .extensions_mut()
+        .insert(PeerName(peer.map(str::to_string)));
+    let response = api().oneshot(request).await.unwrap();
+    let code = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (code, serde_json::from_slice(&body).unwrap())
+}
+
+const NS: &str = "/apis/visibility.koord-queue.io/v1alpha1/namespaces";
+const FRONT: Option<&str> = Some("front-proxy-client");
+
+#[tokio::test]
+async fn only_the_front_proxy_is_believed() {
+    let (code, body) = get(&format!("{NS}/team-a/pendingunits"), None, "alice", false).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["kind"], "Status");
+    let (code, _) = get(
+        &format!("{NS}/team-a/pendingunits"),
+        Some("kubelet"),
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    let (code, _) = get("/apis", None, "alice", false).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "discovery too");
+}
+
+#[tokio::test]
+async fn a_tenant_pages_its_namespace_and_is_refused_elsewhere() {
+    let (code, body) = get(
+        &format!("{NS}/team-a/pendingunits?limit=2"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "PendingUnitList");
+    assert_eq!(body["items"].as_array().unwrap().len(), 2);
+    assert_eq!(body["metadata"]["remainingItemCount"], 3);
+    assert_eq!(body["metadata"]["continue"], "2");
+    let (_, next) = get(
+        &format!("{NS}/team-a/pendingunits?limit=2&continue=2"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(next["items"][0]["metadata"]["name"], "u3");
+    assert_eq!(next["items"][0]["reason"]["type"], "QuotaExceeded");
+    let (_, last) = get(
+        &format!("{NS}/team-a/pendingunits?offset=4"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(last["items"].as_array().unwrap().len(), 1);
+    assert!(last["metadata"].get("continue").is_none());
+
+    let (code, body) = get(&format!("{NS}/team-b/pendingunits"), FRONT, "alice", false).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("list pendingunits.visibility.koord-queue.io in the namespace \"team-b\""),
+        "{message}"
+    );
+    let (code, _) = get(
+        &format!("{NS}/koord-queue/queues/q/pendingunits"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(
+        code,
+        StatusCode::FORBIDDEN,
+        "a Queue's backlog is the administrator's"
+    );
+}
+
+#[tokio::test]
+async fn bad_parameters_and_paths_get_precise_answers() {
+    let (code, body) = get(
+        &format!("{NS}/team-a/pendingunits?limit=-1"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(
+        body["message"].as_str().unwrap().contains("limit=\"-1\""),
+        "{body}"
+    );
+    let (code, body) = get(
+        &format!("{NS}/team-a/queues/q/pendingunits"),
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(
+        body["message"].as_str().unwrap().contains("koord-queue"),
+        "{body}"
+    );
+    let (code, _) = get(
+        "/apis/visibility.koord-queue.io/v1alpha1/nothing",
+        FRONT,
+        "alice",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn kubectl_get_receives_a_table() {
+    let (code, body) = get(
+        &format!("{NS}/team-a/pendingunits?limit=1"),
+        FRONT,
+        "alice",
+        true,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["kind"], "Table");
+    let columns: Vec<&str> = body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns[..5],
+        ["Name", "Queue", "Position", "Priority", "Reason"]
+    );
+    assert_eq!(body["rows"][0]["cells"][0], "u1");
+    assert_eq!(body["rows"][0]["object"]["metadata"]["namespace"], "team-a");
+    assert_eq!(body["metadata"]["continue"], "1");
+}
+
+#[tokio::test]
+async fn discovery_needs_no_permission_but_a_front_proxy() {
+    let (code, body) = get(
+        "/apis/visibility.koord-queue.io/v1alpha1",
+        FRONT,
+        "bob",
+        false,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["kind"], "APIResourceList");
+    let (code, body) = get("/openapi/v2", FRONT, "bob", false).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(body["definitions"].as_object().unwrap().len() > 3);
+}
