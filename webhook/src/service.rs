@@ -370,7 +370,6 @@ impl Webhook {
         unit: &QueueUnit,
         member: &GroupMember,
     ) -> Result<bool, String> {
-        use koord_queue_api::jobs::pod_group;
         let namespace = request.namespace.as_deref().unwrap_or_default();
         let name = unit.metadata.name.as_deref().unwrap_or_default();
         let what = format!("Pod {namespace}/{}", request.name);

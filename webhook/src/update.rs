@@ -12,7 +12,7 @@
 //!   removed: a unit backfilled behind a reserving head passed on it.
 //! - `/scale` may not add replicas to a queued job or a child.
 
-use koord_queue_api::jobs::{self, JobAdapter, JobState, guard};
+use koord_queue_api::jobs::{self, JobAdapter, JobState, guard, pod_group};
 use koord_queue_api::keys;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -91,7 +91,7 @@ pub(crate) fn decide_update(
             _ => Verdict::Allow,
         };
     }
-    if unit.is_some() && jobs::pod_group::membership(old).is_some() {
+    if unit.is_some() && pod_group::membership(old).is_some() {
         // Its unit may hold quota while the member may not run: the gang
         // is not complete, or the member is beyond the group's size.
         return Verdict::Deny(format!(
@@ -164,16 +164,10 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
         // A pod group's member stays in the group it was queued in, at
         // the size it was queued with: these name its unit and bound what
         // the unit releases.
-        use koord_queue_api::jobs::pod_group as g;
         let group_label = |job: &Value, key: &str| {
             jobs::json::get_path(job, &["metadata", "labels", key]).cloned()
         };
-        for key in [
-            g::POD_GROUP_LABEL,
-            g::LWS_NAME_LABEL,
-            g::LWS_GROUP_INDEX_LABEL,
-            g::LWS_WORKER_INDEX_LABEL,
-        ] {
+        for key in pod_group::MEMBERSHIP_LABELS {
             if group_label(old, key) != group_label(new, key) {
                 return Some(format!(
                     "the label {key} of a queued pod cannot be changed: it names the pod group \
@@ -181,7 +175,7 @@ fn changed_admission(old: &Value, new: &Value, queued: bool) -> Option<String> {
                 ));
             }
         }
-        for key in [g::POD_GROUP_SIZE_ANNOTATION, g::LWS_SIZE_ANNOTATION] {
+        for key in pod_group::SIZE_ANNOTATIONS {
             if jobs::annotation(old, key) != jobs::annotation(new, key) {
                 return Some(format!(
                     "the annotation {key} of a queued pod cannot be changed: the group's size is \

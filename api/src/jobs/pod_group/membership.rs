@@ -20,6 +20,17 @@ pub const LWS_WORKER_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/worker-ind
 /// The group's size (leader included), as the LWS controller annotates it.
 pub const LWS_SIZE_ANNOTATION: &str = "leaderworkerset.sigs.k8s.io/size";
 
+/// The labels that place a pod in its group (and name its unit): a queued
+/// pod keeps them as they were when it was queued.
+pub const MEMBERSHIP_LABELS: [&str; 4] = [
+    POD_GROUP_LABEL,
+    LWS_NAME_LABEL,
+    LWS_GROUP_INDEX_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+];
+/// The annotations that give a group's size: fixed once it is queued.
+pub const SIZE_ANNOTATIONS: [&str; 2] = [POD_GROUP_SIZE_ANNOTATION, LWS_SIZE_ANNOTATION];
+
 /// Pod set (role) of a plain group's members.
 pub const MEMBER_ROLE: &str = "main";
 /// Pod set of an LWS group's leader.

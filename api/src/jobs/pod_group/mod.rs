@@ -31,8 +31,8 @@ mod state;
 
 pub use membership::{
     GroupSource, LEADER_ROLE, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_SIZE_ANNOTATION,
-    LWS_WORKER_INDEX_LABEL, MEMBER_ROLE, Membership, POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION,
-    WORKER_ROLE, membership,
+    LWS_WORKER_INDEX_LABEL, MEMBER_ROLE, MEMBERSHIP_LABELS, Membership, POD_GROUP_LABEL,
+    POD_GROUP_SIZE_ANNOTATION, SIZE_ANNOTATIONS, WORKER_ROLE, membership,
 };
 pub use release::release_plan;
 pub use sizing::{LWS_KIND, SetLimit, fits_unit, set_limits, unit_pod_sets};
