@@ -1,0 +1,104 @@
+//! The visibility pass (`state/visibility.rs`): what it writes, and when it
+//! runs again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use koord_queue_api::queue_unit::QueueUnitPhase;
+
+use super::found_reserved;
+use crate::controller::records::{Key, key};
+use crate::controller::state::UnitState;
+use crate::controller::state::visibility::{VisibilityGate, scan_positions};
+use crate::core::{Core, QueueDef, QuotaDef, UnitDef};
+
+/// A core with one queue `q` (quota `q`, 4 cpu of capacity) and ten
+/// waiting 2-cpu units `ns/u0`..`ns/u9`, a cycle run (two released, the
+/// rest waiting with a reason), and the controller's states of the
+/// waiting units, Enqueued.
+fn waiting_units() -> (Core, HashMap<Key, Box<UnitState>>) {
+    let mut core = Core::from_yaml(
+        "plugins:\n- name: Priority\n- name: ElasticQuota\n  args: { rootCapacity: { cpu: \"4\" } }\n",
+    )
+    .expect("a valid configuration");
+    core.upsert_queue(&QueueDef::new("q"));
+    core.upsert_quota(&QuotaDef::new("q").max("cpu", 4000))
+        .expect("a valid quota");
+    let mut units = HashMap::new();
+    for i in 0..10 {
+        let name = format!("u{i}");
+        let def = UnitDef::new("ns", &name)
+            .with_quota("q")
+            .requesting("cpu", 2000)
+            .created_at(i);
+        core.upsert_unit(&def).expect("a valid unit");
+        let mut st = found_reserved();
+        st.rec.name = name;
+        st.rec.phase = Some(QueueUnitPhase::Enqueued);
+        units.insert(key("ns", &st.rec.name), Box::new(st));
+    }
+    let out = core.run_cycle();
+    for d in &out.decisions {
+        units.remove(&d.unit);
+    }
+    assert_eq!(units.len(), 8, "two released, eight waiting");
+    (core, units)
+}
+
+#[test]
+fn a_visibility_pass_writes_what_changed_and_nothing_when_unchanged() {
+    let (core, mut units) = waiting_units();
+    let interval = Duration::from_secs(2);
+    let now = Instant::now();
+    let first = scan_positions(&core, &units, now, interval, 200);
+    assert!(first.complete);
+    assert_eq!((first.rendered, first.writes.len()), (8, 8));
+    let (k, position, message) = &first.writes[0];
+    assert_eq!(&**k, "ns/u2");
+    assert_eq!(*position, Some(1));
+    assert!(message.starts_with("position 1 in queue q: "), "{message}");
+    // The writes land (as their watch events or results would record).
+    for (k, position, message) in first.writes {
+        let st = units.get_mut(&k).expect("a waiting unit");
+        st.rec.position = position;
+        st.rec.message = Some(message);
+    }
+    let again = scan_positions(&core, &units, now + interval, interval, 200);
+    assert!(again.complete && again.writes.is_empty());
+
+    // Nothing changed since that complete pass: the next pass does not
+    // run at all, so it renders and writes nothing.
+    let mut gate = VisibilityGate::default();
+    assert!(gate.due(), "the first pass runs");
+    gate.passed(again.complete);
+    assert!(!gate.due());
+    assert!(!gate.due(), "still nothing changed");
+    // Any input, write result, cycle or leadership change reopens it.
+    gate.changed();
+    assert!(gate.due());
+}
+
+#[test]
+fn a_deferred_or_cut_short_visibility_pass_is_run_again() {
+    let (core, mut units) = waiting_units();
+    let interval = Duration::from_secs(2);
+    let now = Instant::now();
+    // Over budget: the rest is for the next pass.
+    let cut = scan_positions(&core, &units, now, interval, 3);
+    assert_eq!(cut.writes.len(), 3);
+    assert!(!cut.complete);
+    // A unit published within the status interval is deferred.
+    for st in units.values_mut() {
+        st.last_published = Some(now);
+    }
+    let deferred = scan_positions(&core, &units, now, interval, 200);
+    assert!(deferred.writes.is_empty());
+    assert!(!deferred.complete);
+    let mut gate = VisibilityGate::default();
+    gate.passed(deferred.complete);
+    assert!(gate.due(), "an incomplete pass leaves the gate open");
+    // Once the interval is over the deferred units are written.
+    let later = scan_positions(&core, &units, now + interval, interval, 200);
+    assert!(later.complete);
+    assert_eq!(later.writes.len(), 8);
+}
