@@ -11,6 +11,7 @@ mod api_access;
 mod args;
 mod caches;
 mod children;
+mod effects;
 mod mapping;
 mod metrics;
 mod ownership;
