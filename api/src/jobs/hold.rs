@@ -1,7 +1,6 @@
 //! How a job kind is held, as data: each adapter names its [`HoldStyle`]
 //! and this module is the one implementation of holding, releasing, telling
-//! a held job and writing a release or a send-back (architecture §5 "Hold on
-//! admit", "Release").
+//! a held job and writing a release or a send-back (architecture §5).
 
 use serde_json::{Value, json};
 

@@ -157,10 +157,10 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
     /// The kind this adapter handles.
     fn kind(&self) -> &'static JobKind;
 
-    /// How this kind is held (architecture §5 "Hold on admit"): a
-    /// description, which [`HoldStyle`] carries out for every kind. By
-    /// default the native `spec.suspend` most kinds have (batch Job, JobSet,
-    /// TrainJob, RayCluster, Workflow).
+    /// How this kind is held (architecture §5): a description, which
+    /// [`HoldStyle`] carries out for every kind. By default the native
+    /// `spec.suspend` most kinds have (batch Job, JobSet, TrainJob,
+    /// RayCluster, Workflow).
     fn hold_style(&self) -> HoldStyle {
         HoldStyle::SPEC_SUSPEND
     }
@@ -171,7 +171,7 @@ pub trait JobAdapter: Send + Sync + std::fmt::Debug {
         self.hold_style().hold(job);
     }
 
-    /// Edits `job` so that it is released (architecture §5 "Release").
+    /// Edits `job` so that it is released (the scheduler's release).
     /// Idempotent. Not overridden, like [`JobAdapter::hold`].
     fn release(&self, job: &mut Value) {
         self.hold_style().release(job);
