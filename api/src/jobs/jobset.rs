@@ -3,7 +3,7 @@
 //! `spec.replicatedJobs[i]`, `replicas` batch Jobs named
 //! `<jobset>-<replicatedJob>-<index>`, which pass the webhook as its proven
 //! children. The same shape is embedded in Kubeflow Trainer's runtimes
-//! (`spec.template.spec`), so [`replicated_jobs`] serves both.
+//! (`spec.template.spec`), so `replicated_jobs` serves both.
 
 use serde_json::Value;
 
