@@ -245,7 +245,9 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Metrics, QuotaLabels};
+    use prometheus_client::registry::Registry;
+    use std::collections::HashSet;
 
     fn labels(quota: &str) -> QuotaLabels {
         QuotaLabels {

@@ -106,7 +106,8 @@ mod tests {
 
     use koord_queue_api::Resources;
 
-    use super::*;
+    use super::{QuotaNames, Resolution};
+    use crate::controller::records::QuotaRecord;
 
     fn quota(ns: &str, created: i64, max_cpu: i64) -> QuotaRecord {
         QuotaRecord {

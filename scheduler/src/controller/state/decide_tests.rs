@@ -6,7 +6,10 @@ use koord_queue_api::QueueUnit;
 use koord_queue_api::jobs::watched::WatchedJob;
 use serde_json::{Value, json};
 
-use super::*;
+use super::{Intent, OnSubmit, Step, UnitView, desired_membership, next_step};
+use crate::controller::records::{JobRecord, Key, UnitRecord};
+use crate::controller::state::unit::Membership;
+use crate::controller::writes::Write;
 use koord_queue_api::keys;
 
 const NOW_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z

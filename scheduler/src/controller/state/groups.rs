@@ -141,8 +141,10 @@ mod tests {
     use koord_queue_api::jobs::watched::WatchedJob;
     use serde_json::json;
 
-    use super::*;
+    use super::Groups;
+    use crate::controller::records::{Grouping, JobRecord};
     use koord_queue_api::jobs::JobState;
+    use koord_queue_api::jobs::pod_group;
     use koord_queue_api::keys;
 
     fn member(name: &str, gated: bool, phase: &str, created: &str) -> JobRecord {

@@ -540,7 +540,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::sync::atomic::AtomicU32;
 
-    use super::*;
+    use super::until_known;
+    use crate::controller::writes::writer::{Fenced, outcome_unknown};
     use std::sync::Mutex;
     use std::sync::atomic::Ordering;
 

@@ -161,9 +161,12 @@ impl Backlog {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Backlog, LANE_KEPT_CAPACITY, Lane, SETTLE_TIMEOUT};
+    use crate::controller::records::Key;
+    use crate::controller::writes::{Claim, EVENT_BACKLOG, Outcome, Write};
     use crate::controller::writes::{JobRef, WriteLatency};
     use koord_queue_api::queue_unit::QueueUnitPhase;
+    use std::time::{Duration, Instant};
 
     fn job() -> JobRef {
         JobRef {

@@ -2,11 +2,16 @@
 //! that outlive their job, releases whose answer was lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::*;
+use super::{Scenario, summary, waiting_unit};
+use crate::controller::records::JobRecord;
 use crate::controller::records::PodRecord;
 use crate::controller::sources::Change;
+use crate::controller::sources::Input;
 use crate::controller::writes::Outcome;
+use crate::controller::writes::{Write, Written};
+use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::keys;
+use serde_json::json;
 
 /// A relist that no longer finds a running unit and its job (deleted while
 /// the watch was away) frees the quota they held, once; one that finds

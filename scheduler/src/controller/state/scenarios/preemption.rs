@@ -1,10 +1,16 @@
 //! Preemption inside a quota driven through the whole controller.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::*;
+use super::{Scenario, summary};
+use crate::controller::records::{JobRecord, UnitRecord};
 use crate::controller::sources::Change;
+use crate::controller::sources::Input;
 use crate::controller::state::backoff::PREEMPTED;
+use crate::controller::writes::Write;
+use koord_queue_api::QueueUnit;
+use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::keys;
+use serde_json::json;
 
 /// A queue that preempts inside its quota: a high-priority unit that does
 /// not fit sends the lower-priority running unit back with the reason

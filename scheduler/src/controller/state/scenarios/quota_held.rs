@@ -4,11 +4,17 @@
 //! a scheduler that restarts meanwhile finds them from the API alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::*;
+use super::{Scenario, summary, waiting_unit};
 use crate::controller::records::PodRecord;
 use crate::controller::records::QUOTA_FINALIZER;
+use crate::controller::records::{JobRecord, UnitRecord};
 use crate::controller::sources::Change;
+use crate::controller::sources::Input;
+use crate::controller::writes::Write;
+use koord_queue_api::QueueUnit;
+use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::keys;
+use serde_json::{Value, json};
 
 /// CPU (millicores) the core counts as used.
 fn used(s: &Scenario) -> i64 {

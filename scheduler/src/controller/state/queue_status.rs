@@ -1,0 +1,175 @@
+//! `Queue.status`: the first waiting units in order, the counts, and the
+//! [`MIN_OVERCOMMITTED`] condition, written only when changed (part of the
+//! visibility pass, `visibility.rs`).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use koord_queue_api::QueueStatus;
+use koord_queue_api::queue::QueueItemDetail;
+
+use super::{Controller, split_key};
+use crate::controller::writes::Write;
+
+/// Condition type on the Queue of a quota whose children's guaranteed
+/// minimum exceeds its own (they are then scaled down proportionally).
+pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
+
+/// Most waiting units listed in `Queue.status.queueItemDetails`.
+pub(super) const QUEUE_DETAILS_LIMIT: usize = 1000;
+
+impl Controller {
+    /// `Queue.status`: the first waiting units in order and the counts,
+    /// written only when changed. Returns whether every Queue was compared
+    /// (none left for a later pass).
+    pub(super) fn publish_queue_status(&mut self, now: Instant) -> bool {
+        let now_wall = self.now.wall();
+        let mut complete = true;
+        let warnings: Vec<(String, String)> = self
+            .core
+            .min_warnings()
+            .iter()
+            .map(|w| (w.quota.to_string(), w.to_string()))
+            .collect();
+        let names: Vec<String> = self.queues.keys().cloned().collect();
+        for name in names {
+            // A Queue with a write in flight is looked at again when its
+            // result arrives (which reopens the gate).
+            if self.visibility.queue_busy(&name) {
+                continue;
+            }
+            if self
+                .visibility
+                .queue_status_recent(&name, now, self.settings.status_interval)
+            {
+                complete = false;
+                continue;
+            }
+            let counts = self.core.queue_counts(&name).unwrap_or_default();
+            // Most passes change nothing: compare with the published status
+            // in place before building a new one (up to 1,000 entries of two
+            // strings for each of 1,000 queues, every pass).
+            if let Some(published) = self.queues.get(&name).and_then(|q| q.status.as_ref())
+                && published.pending == i64::try_from(counts.pending).ok()
+                && published.admitted == i64::try_from(counts.admitted).ok()
+                && published.queue_item_details.len() == 1
+                && details_match(
+                    published
+                        .queue_item_details
+                        .get("active")
+                        .map_or(&[], Vec::as_slice),
+                    self.core.queue_waiting(&name).take(QUEUE_DETAILS_LIMIT),
+                )
+                && min_conditions(&name, &warnings, published.conditions.clone(), now_wall)
+                    == published.conditions
+            {
+                continue;
+            }
+            let details: Vec<QueueItemDetail> = self
+                .core
+                .queue_waiting(&name)
+                .take(QUEUE_DETAILS_LIMIT)
+                .map(|w| {
+                    let (ns, n) = split_key(w.key);
+                    QueueItemDetail {
+                        name: n.to_string(),
+                        namespace: ns.to_string(),
+                        priority: w.priority,
+                        position: i64::try_from(w.position).unwrap_or(i64::MAX),
+                    }
+                })
+                .collect();
+            let Some(queue) = self.queues.get_mut(&name) else {
+                continue;
+            };
+            let mut status = queue.status.clone().unwrap_or_default();
+            let mut items = BTreeMap::new();
+            items.insert("active".to_string(), details);
+            status.queue_item_details = items;
+            status.pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
+            status.admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
+            status.conditions = min_conditions(&name, &warnings, status.conditions, now_wall);
+            if queue.status.as_ref() == Some(&status)
+                || (queue.status.is_none() && status == empty_status())
+            {
+                continue;
+            }
+            queue.status = Some(status.clone());
+            self.visibility.queue_status_sent(&name, now);
+            self.writer.submit(Write::QueueStatus {
+                name,
+                status: Box::new(status),
+            });
+        }
+        complete
+    }
+}
+
+/// `conditions` with the [`MIN_OVERCOMMITTED`] condition of queue `name` set
+/// from `warnings` (quota name, text); other conditions are kept.
+pub(super) fn min_conditions(
+    name: &str,
+    warnings: &[(String, String)],
+    mut conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let texts: Vec<&str> = warnings
+        .iter()
+        .filter(|(q, _)| q == name)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    let existing = conditions.iter().position(|c| c.type_ == MIN_OVERCOMMITTED);
+    if texts.is_empty() {
+        if let Some(i) = existing {
+            conditions.remove(i);
+        }
+        return conditions;
+    }
+    let message = texts.join("; ");
+    match existing {
+        Some(i) if conditions[i].message == message => {}
+        Some(i) => conditions[i].message = message,
+        None => conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: MIN_OVERCOMMITTED.into(),
+            status: "True".into(),
+            reason: "ChildrenMinExceedsMin".into(),
+            message,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+            observed_generation: None,
+        }),
+    }
+    conditions
+}
+
+pub(super) fn empty_status() -> QueueStatus {
+    let mut status = QueueStatus::default();
+    status
+        .queue_item_details
+        .insert("active".into(), Vec::new());
+    status.pending = Some(0);
+    status.admitted = Some(0);
+    status
+}
+
+/// Whether `published` lists exactly the units of `waiting`, in order.
+pub(super) fn details_match<'a>(
+    published: &[QueueItemDetail],
+    waiting: impl Iterator<Item = crate::core::WaitingUnit<'a>>,
+) -> bool {
+    let mut n = 0;
+    for w in waiting {
+        let Some(p) = published.get(n) else {
+            return false;
+        };
+        let (ns, name) = split_key(w.key);
+        if p.name != name
+            || p.namespace != ns
+            || p.priority != w.priority
+            || usize::try_from(p.position).ok() != Some(w.position)
+        {
+            return false;
+        }
+        n += 1;
+    }
+    n == published.len()
+}
