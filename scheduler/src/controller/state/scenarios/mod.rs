@@ -506,5 +506,6 @@ fn waiting_unit(s: &mut Scenario, name: &str, job: &str, cpu: &str) {
 }
 
 mod faults;
+mod given;
 mod preemption;
 mod quota_held;
