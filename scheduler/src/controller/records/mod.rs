@@ -105,10 +105,9 @@ pub fn adapter_for(api_version: &str, kind: &str) -> Option<&'static dyn JobAdap
 #[cfg(test)]
 mod tests {
     use super::{JobRecord, NAMES, Name, PodRecord, QUOTA_FINALIZER, UnitRecord, intern};
-    use koord_queue_api::jobs;
     use koord_queue_api::jobs::JobState;
     use koord_queue_api::jobs::watched::WatchedJob;
-    use koord_queue_api::keys;
+    use koord_queue_api::{jobs, keys};
     use std::sync::{Arc, PoisonError};
 
     #[test]

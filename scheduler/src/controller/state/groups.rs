@@ -143,8 +143,7 @@ mod tests {
 
     use super::Groups;
     use crate::controller::records::{Grouping, JobRecord};
-    use koord_queue_api::jobs::JobState;
-    use koord_queue_api::jobs::pod_group;
+    use koord_queue_api::jobs::{JobState, pod_group};
     use koord_queue_api::keys;
 
     fn member(name: &str, gated: bool, phase: &str, created: &str) -> JobRecord {

@@ -6,8 +6,7 @@
 
 use super::Controller;
 use crate::controller::metrics::SourceLabels;
-use crate::controller::sources::Change;
-use crate::controller::sources::Listed;
+use crate::controller::sources::{Change, Listed};
 
 /// Of `present`, the keys `listed` does not hold.
 fn not_listed(

@@ -538,12 +538,11 @@ fn phase_status(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::until_known;
     use crate::controller::writes::writer::{Fenced, outcome_unknown};
     use std::sync::Mutex;
-    use std::sync::atomic::Ordering;
 
     fn api(code: u16) -> kube::Error {
         kube::Error::Api(Box::new(

@@ -163,8 +163,7 @@ impl Backlog {
 mod tests {
     use super::{Backlog, LANE_KEPT_CAPACITY, Lane, SETTLE_TIMEOUT};
     use crate::controller::records::Key;
-    use crate::controller::writes::{Claim, EVENT_BACKLOG, Outcome, Write};
-    use crate::controller::writes::{JobRef, WriteLatency};
+    use crate::controller::writes::{Claim, EVENT_BACKLOG, JobRef, Outcome, Write, WriteLatency};
     use koord_queue_api::queue_unit::QueueUnitPhase;
     use std::time::{Duration, Instant};
 

@@ -2,15 +2,13 @@
 //! when the unit is released, taken off once it is deleted and no pod it
 //! paid for is alive (`state/decide.rs`).
 
-use kube::api::ObjectMeta;
+use kube::api::{ObjectMeta, Patch, PatchParams};
 
 use koord_queue_api::QueueUnit;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::writer::{Writer, split};
-use crate::controller::records::Key;
-use crate::controller::records::QUOTA_FINALIZER;
+use crate::controller::records::{Key, QUOTA_FINALIZER};
 
 /// The field manager that owns the finalizer on units. Its own name, so
 /// that applying the finalizer neither takes nor drops the fields the

@@ -11,9 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_queue_api::jobs::pod_group::{self, Member};
 use koord_queue_api::jobs::{self, HoldWrite, JobState};
 use koord_queue_api::keys;
-use kube::api::ListParams;
-
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 
 use super::writer::{Writer, split};
 use crate::controller::job_ref::{GroupTarget, JobRef};

@@ -3,12 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Scenario, summary, waiting_unit};
-use crate::controller::records::JobRecord;
-use crate::controller::records::PodRecord;
-use crate::controller::sources::Change;
-use crate::controller::sources::Input;
-use crate::controller::writes::Outcome;
-use crate::controller::writes::{Write, Written};
+use crate::controller::records::{JobRecord, PodRecord};
+use crate::controller::sources::{Change, Input};
+use crate::controller::writes::{Outcome, Write, Written};
 use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::keys;
 use serde_json::json;

@@ -8,20 +8,17 @@
 use std::sync::{Arc, Mutex};
 
 use koord_queue_api::jobs::watched::WatchedJob;
-use koord_queue_api::{ElasticQuota, QueueUnit};
+use koord_queue_api::{ElasticQuota, Queue, QueueUnit, keys};
 use koord_queue_runtime::{Leadership, Readiness};
 use serde_json::{Value, json};
 
 use crate::controller::clock::Now;
 use crate::controller::metrics::Metrics;
 use crate::controller::records::{JobRecord, Key, QueueRecord, QuotaRecord, UnitRecord};
-use crate::controller::sources::Change;
-use crate::controller::sources::Input;
+use crate::controller::sources::{Change, Input};
 use crate::controller::state::{CACHES_SYNCED, Controller, FIRST_CYCLE, Settings};
-use crate::controller::writes::Outcome;
-use crate::controller::writes::{Claim, Write, WriteSink, Written};
+use crate::controller::writes::{Claim, Outcome, Write, WriteSink, Written};
 use crate::core::Core;
-use koord_queue_api::{Queue, keys};
 use std::time::{Duration, Instant};
 
 /// Records the writes the controller asks for.

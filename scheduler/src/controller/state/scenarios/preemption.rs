@@ -3,13 +3,11 @@
 
 use super::{Scenario, summary};
 use crate::controller::records::{JobRecord, UnitRecord};
-use crate::controller::sources::Change;
-use crate::controller::sources::Input;
+use crate::controller::sources::{Change, Input};
 use crate::controller::state::backoff::PREEMPTED;
 use crate::controller::writes::Write;
-use koord_queue_api::QueueUnit;
 use koord_queue_api::jobs::watched::WatchedJob;
-use koord_queue_api::keys;
+use koord_queue_api::{QueueUnit, keys};
 use serde_json::json;
 
 /// A queue that preempts inside its quota: a high-priority unit that does

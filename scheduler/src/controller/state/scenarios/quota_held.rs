@@ -5,15 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Scenario, summary, waiting_unit};
-use crate::controller::records::PodRecord;
-use crate::controller::records::QUOTA_FINALIZER;
-use crate::controller::records::{JobRecord, UnitRecord};
-use crate::controller::sources::Change;
-use crate::controller::sources::Input;
+use crate::controller::records::{JobRecord, PodRecord, QUOTA_FINALIZER, UnitRecord};
+use crate::controller::sources::{Change, Input};
 use crate::controller::writes::Write;
-use koord_queue_api::QueueUnit;
 use koord_queue_api::jobs::watched::WatchedJob;
-use koord_queue_api::keys;
+use koord_queue_api::{QueueUnit, keys};
 use serde_json::{Value, json};
 
 /// CPU (millicores) the core counts as used.
