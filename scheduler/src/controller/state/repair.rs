@@ -70,6 +70,23 @@ impl Repair {
         true
     }
 
+    /// Since when held job `job` misses its unit, `now` if it was not
+    /// missed at the last scan.
+    fn missing_since(&self, job: &JobKey, now: Instant) -> Instant {
+        self.missing_unit_since.get(job).copied().unwrap_or(now)
+    }
+
+    /// The held jobs that miss their unit after a scan, and since when: a
+    /// job no longer listed has its unit, or is no longer waited for.
+    fn still_missing(&mut self, missing: HashMap<JobKey, Instant>) {
+        self.missing_unit_since = missing;
+    }
+
+    /// Job `job`'s unit is being re-created.
+    fn recreating(&mut self, job: JobKey) {
+        self.recreating.insert(job);
+    }
+
     /// Whether job `job` is left alone: its unit is gone for good or being
     /// re-created.
     fn settled(&self, job: &JobKey) -> bool {
@@ -172,19 +189,14 @@ impl Controller {
                 to_hold.push(job.clone());
                 continue;
             }
-            let since = self
-                .repair
-                .missing_unit_since
-                .get(&job_key)
-                .copied()
-                .unwrap_or(now);
+            let since = self.repair.missing_since(&job_key, now);
             if now.duration_since(since) >= self.settings.orphan_grace {
                 to_create.push(job.clone());
             } else {
                 missing.insert(job_key, since);
             }
         }
-        self.repair.missing_unit_since = missing;
+        self.repair.still_missing(missing);
         for job in to_hold {
             self.repair.unit_gone(job.key());
             let job_ref = job_ref(&job);
@@ -198,7 +210,7 @@ impl Controller {
             ));
         }
         for job in to_create {
-            self.repair.recreating.insert(job.key());
+            self.repair.recreating(job.key());
             let job_ref = job_ref(&job);
             self.writer.submit(Write::RecreateUnit {
                 unit: job.unit.clone(),

@@ -30,8 +30,9 @@ pub(super) struct Visibility {
     queue_writes: HashSet<String>,
     /// When each Queue's status was last written.
     queue_published: HashMap<String, Instant>,
-    /// Quota usage series published non-zero by the last metrics pass.
-    quota_used_series: HashSet<QuotaLabels>,
+    /// Quota usage series published non-zero by the last metrics pass
+    /// (those that drop to zero are removed by the next).
+    quota_series: HashSet<QuotaLabels>,
 }
 
 impl Visibility {
@@ -52,6 +53,11 @@ impl Visibility {
         }
         self.last_pass = Some(now);
         true
+    }
+
+    /// A pass ran; `complete` when it left nothing for a later pass.
+    fn passed(&mut self, complete: bool) {
+        self.gate.passed(complete);
     }
 
     /// Whether Queue `name` has a write in flight.
@@ -97,7 +103,7 @@ impl Controller {
         }
         let positions_done = self.publish_positions(now);
         let queues_done = self.publish_queue_status(now);
-        self.visibility.gate.passed(positions_done && queues_done);
+        self.visibility.passed(positions_done && queues_done);
     }
 
     /// Positions and reasons of waiting units, written only when changed and
@@ -185,9 +191,9 @@ impl Controller {
             }
             used.extend(f.used.iter().map(|(r, amount)| (labels(r), amount)));
         }
-        self.visibility.quota_used_series = self
+        self.visibility.quota_series = self
             .metrics
-            .publish_quota_used(&self.visibility.quota_used_series, used);
+            .publish_quota_used(&self.visibility.quota_series, used);
     }
 }
 
