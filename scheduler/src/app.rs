@@ -120,6 +120,9 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         strict_dequeue,
         strict_timeout,
         drain_timeout,
+        // Served once the controller answers queries (issue 39, in progress).
+        visibility_addr: _,
+        visibility_cert_dir: _,
         log_format: _,
         log_level: _,
     } = args;

@@ -93,6 +93,16 @@ pub struct Args {
     #[arg(long, env = "KQ_SCHEDULER_JOB_EVENTS", default_value_t = true, action = clap::ArgAction::Set)]
     pub job_events: bool,
 
+    /// Serve the visibility API (visibility.koord-queue.io, an APIService)
+    /// over HTTPS on this address; off without it.
+    #[arg(long, env = "KQ_SCHEDULER_VISIBILITY_ADDR")]
+    pub visibility_addr: Option<SocketAddr>,
+
+    /// Directory of the visibility API's serving certificate (`tls.crt`,
+    /// `tls.key`; re-read when they change). Required with `--visibility-addr`.
+    #[arg(long, env = "KQ_SCHEDULER_VISIBILITY_CERT_DIR", requires = "visibility_addr")]
+    pub visibility_cert_dir: Option<PathBuf>,
+
     /// How long in-flight writes may take to finish after SIGTERM.
     #[arg(long, env = "KQ_SCHEDULER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
