@@ -21,6 +21,7 @@ mod spec;
 mod system;
 
 pub use flow::{JobFlow, NullScheduler};
+use prepare::null_scheduler_clients;
 pub use prepare::{BENCH_USER, job_clients, prepare};
 pub use result::PhaseResult;
 pub use spec::{Arrivals, PhaseSpec, QueueSystem, Quotas};
@@ -30,15 +31,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use koord_queue_tests::kubeconfig::Credentials;
 use koord_queue_tests::proc_stats::{self, CpuSnapshot};
-use koord_queue_tests::webhook::SCHEDULER_USER;
 use koord_queue_tests::{ControlPlane, Tier};
 
 use self::system::{HeldWatch, System, kueue_install};
 use crate::api_stats::{self, ApiStats, Component, ServerRequests};
 use crate::components::Placement;
-use crate::floor::{FloorClients, FloorWrites};
+use crate::floor::FloorWrites;
 use crate::kueue;
 use crate::runner::RuntimeOptions;
 use crate::scheduler_settings::SchedulerOptions;
@@ -104,30 +103,6 @@ pub struct PhaseConfig {
     pub logs_dir: Option<PathBuf>,
 }
 
-/// The null scheduler of the floor: its identity (the one the webhook
-/// trusts, with the scheduler's rights), also creating the units.
-async fn null_scheduler(
-    cp: &ControlPlane,
-    creator: &kube::Client,
-    stats: &Arc<ApiStats>,
-) -> Result<FloorClients> {
-    let cert = cp.pki().client_cert(SCHEDULER_USER, &["system:masters"])?;
-    let path = cp.write_kubeconfig(
-        "bench-null-scheduler",
-        SCHEDULER_USER,
-        &Credentials::Certificate {
-            cert_pem: cert.cert_pem,
-            key_pem: cert.key_pem,
-        },
-    )?;
-    let null_scheduler = api_stats::client(&path, stats.clone(), Component::NullScheduler).await?;
-    Ok(FloorClients {
-        creator: creator.clone(),
-        unit_creator: null_scheduler.clone(),
-        null_scheduler,
-    })
-}
-
 /// Runs one phase on a fresh control plane.
 pub async fn run(
     shape: Arc<Shape>,
@@ -163,7 +138,7 @@ pub async fn run(
     let (creator, runner_client) = job_clients(&cp, &admin_path, &stats).await?;
     let null_scheduler = if spec.arrivals == Arrivals::NullScheduler {
         Some(NullScheduler {
-            clients: null_scheduler(&cp, &creator, &stats).await?,
+            clients: null_scheduler_clients(&cp, &creator, &stats).await?,
             writes: config
                 .floor_writes
                 .clone()

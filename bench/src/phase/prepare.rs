@@ -1,7 +1,7 @@
 //! What a phase's control plane holds before the measured window: the
 //! PriorityClasses, the job creator's RBAC, the quota tree and the leaf
-//! namespaces as the phase's spec says; and the clients of the job creator
-//! and the job runtime.
+//! namespaces as the phase's spec says; and the clients of the job creator,
+//! the job runtime and the floor's null scheduler.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,12 +12,14 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use koord_queue_api::keys;
 use koord_queue_tests::kubeconfig::Credentials;
+use koord_queue_tests::webhook::SCHEDULER_USER;
 use koord_queue_tests::{ControlPlane, e2e, fixtures};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use super::spec::PhaseSpec;
 use crate::api_stats::{self, ApiStats, Component};
+use crate::floor::FloorClients;
 use crate::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 
 async fn create_ignoring_conflict<K>(api: &Api<K>, object: &K) -> Result<()>
@@ -167,3 +169,27 @@ pub async fn job_clients(
 
 /// The ordinary user that creates the jobs.
 pub const BENCH_USER: &str = "bench-user";
+
+/// The null scheduler of the floor: its identity (the one the webhook
+/// trusts, with the scheduler's rights), also creating the units.
+pub(super) async fn null_scheduler_clients(
+    cp: &ControlPlane,
+    creator: &kube::Client,
+    stats: &Arc<ApiStats>,
+) -> Result<FloorClients> {
+    let cert = cp.pki().client_cert(SCHEDULER_USER, &["system:masters"])?;
+    let path = cp.write_kubeconfig(
+        "bench-null-scheduler",
+        SCHEDULER_USER,
+        &Credentials::Certificate {
+            cert_pem: cert.cert_pem,
+            key_pem: cert.key_pem,
+        },
+    )?;
+    let null_scheduler = api_stats::client(&path, stats.clone(), Component::NullScheduler).await?;
+    Ok(FloorClients {
+        creator: creator.clone(),
+        unit_creator: null_scheduler.clone(),
+        null_scheduler,
+    })
+}
