@@ -8,12 +8,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use koord_queue_api::jobs::JobState;
-use koord_queue_api::queue_unit::{AdmissionCheckState, CheckState, QueueUnitPhase};
+use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase};
 
 use super::backoff::{backoff, sched_failed_reason};
-use super::lifecycle::{admissions, selector_matches};
+use super::release_write::{release_again, release_phase};
 use super::{Membership, job_ref, millis, queue_of};
-use crate::controller::clock::wall_time;
 use crate::controller::records::{Grouping, JobRecord, Key, PodRecord, QueueRecord, UnitRecord};
 use crate::controller::writes::Write;
 
@@ -456,66 +455,6 @@ fn strict_outcome(v: &UnitView<'_>, job: &JobRecord, since_ms: i64) -> Option<In
     )))
 }
 
-/// The release of a unit the core decided to admit: Reserved while the
-/// admission checks of its queue that select it run, else released into the
-/// queue's release phase (SchedReady under strict dequeue, else Dequeued).
-pub(super) fn release(
-    v: &UnitView<'_>,
-    job: &JobRecord,
-    decision: &crate::core::Decision,
-) -> Write {
-    let rec = v.rec;
-    let quota = queue_of(rec);
-    let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(wall_time(v.now_ms));
-    let checks: Vec<AdmissionCheckState> = v
-        .queue
-        .map(|q| q.checks.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .filter(|c| selector_matches(c.label_selector.as_ref(), &rec.labels))
-        .map(|c| AdmissionCheckState {
-            name: c.name.clone(),
-            state: CheckState::Pending,
-            last_transition_time: Some(since.clone()),
-            message: None,
-        })
-        .collect();
-    let how = if decision.guaranteed {
-        " (within its guaranteed minimum)"
-    } else {
-        " (borrowing idle capacity)"
-    };
-    let (phase, message) = if checks.is_empty() {
-        (
-            release_phase(v.queue, v.strict_default),
-            format!(
-                "released: {} reserved in quota {quota}{how}",
-                decision.resources
-            ),
-        )
-    } else {
-        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
-        (
-            QueueUnitPhase::Reserved,
-            format!(
-                "quota reserved ({} in quota {quota}{how}); waiting for admission checks: {}",
-                decision.resources,
-                names.join(", ")
-            ),
-        )
-    };
-    Write::Release {
-        unit: v.key.clone(),
-        job: job_ref(job),
-        admissions: Some(admissions(rec, &decision.resources)),
-        attempts: Some(rec.attempts + 1),
-        phase,
-        checks: (!checks.is_empty()).then_some(checks),
-        guard: !rec.guarded,
-        message,
-    }
-}
-
 /// A released pod group with gated members it has room for: they are
 /// released too (the last pods of a gang created after the release, a
 /// member's replacement), once per change of its members.
@@ -537,32 +476,6 @@ fn members_to_release(v: &UnitView<'_>, job: &JobRecord) -> Option<Intent> {
             job: job_ref(job),
         })
     })
-}
-
-/// The release of a unit whose first release has an unknown outcome, sent
-/// again whole from the record (which holds it as sent): every field is a
-/// fixed value, so it lands the same whether the first one did or not.
-fn release_again(v: &UnitView<'_>, job: &JobRecord, phase: QueueUnitPhase) -> Write {
-    let rec = v.rec;
-    let reserved = phase == QueueUnitPhase::Reserved;
-    let what = if reserved {
-        "quota reserved in queue"
-    } else {
-        "released from queue"
-    };
-    Write::Release {
-        unit: v.key.clone(),
-        job: job_ref(job),
-        admissions: (!rec.held.is_zero()).then(|| admissions(rec, &rec.held)),
-        attempts: Some(rec.attempts),
-        phase,
-        checks: reserved.then(|| rec.checks.clone()),
-        guard: !rec.guarded,
-        message: format!(
-            "{what} {} (sent again: the answer to the first attempt was lost)",
-            queue_of(rec)
-        ),
-    }
 }
 
 /// Whether a job can start as a whole: a pod group once all its members
@@ -640,18 +553,6 @@ pub(super) fn strict_timeout(
     match queue.and_then(|q| q.strict) {
         Some(setting) => setting,
         None => default,
-    }
-}
-
-/// The phase a released job enters: SchedReady under strict dequeue.
-pub(super) fn release_phase(
-    queue: Option<&QueueRecord>,
-    strict_default: Option<Duration>,
-) -> QueueUnitPhase {
-    if strict_timeout(queue, strict_default).is_some() {
-        QueueUnitPhase::SchedReady
-    } else {
-        QueueUnitPhase::Dequeued
     }
 }
 

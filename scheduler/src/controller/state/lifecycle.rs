@@ -2,16 +2,13 @@
 //! unit follows its record and job, and the step [`next_step`] decides is
 //! submitted.
 
-use koord_queue_api::ResourceListExt as _;
-use koord_queue_api::Resources;
 use koord_queue_api::jobs::JobState;
-use koord_queue_api::queue_unit::Admission;
 
 use super::decide::{Intent, UnitView, desired_membership, finished, gang_complete, next_step};
 use super::failing::{kind_unseen, membership_of_unit_alone};
 use super::pods::group_of;
 use super::{Controller, Membership, core_step, job_ref, queue_of};
-use crate::controller::records::{Grouping, Key, Labels, UnitRecord};
+use crate::controller::records::{Grouping, Key};
 use crate::controller::writes::Write;
 
 impl Controller {
@@ -231,68 +228,4 @@ impl Controller {
             self.submit_unit_write(&k, Intent::keep(write));
         }
     }
-}
-
-/// Admissions of a release: one per pod set with its resources. When the
-/// pod sets' resources do not add up to what is held (e.g. an Argo workflow,
-/// sized by annotation), the first set carries the total, so the admissions
-/// always sum to exactly what the unit holds.
-pub(super) fn admissions(rec: &UnitRecord, total: &Resources) -> Vec<Admission> {
-    let mut sum = Resources::new();
-    let mut out: Vec<Admission> = rec
-        .pod_sets
-        .iter()
-        .map(|(name, count, resources)| {
-            sum.add(resources);
-            Admission {
-                name: name.to_string(),
-                replicas: *count,
-                running: 0,
-                resources: resources.to_list(),
-            }
-        })
-        .collect();
-    if out.is_empty() {
-        out.push(Admission {
-            name: "main".into(),
-            replicas: 1,
-            running: 0,
-            resources: Default::default(),
-        });
-    }
-    if &sum != total {
-        for a in &mut out {
-            a.resources.clear();
-        }
-        out[0].resources = total.to_list();
-    }
-    out
-}
-
-/// Whether `labels` satisfy a Kubernetes label selector; no selector matches all.
-pub fn selector_matches(
-    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    labels: &Labels,
-) -> bool {
-    let Some(selector) = selector else {
-        return true;
-    };
-    let match_labels = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v.as_str()));
-    let expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        let listed = |v: &str| values.iter().any(|x| x == v);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(listed),
-            "NotIn" => value.is_none_or(|v| !listed(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    match_labels && expressions
 }

@@ -12,6 +12,7 @@ mod pods;
 mod queue_status;
 mod quotas;
 mod release;
+mod release_write;
 mod relist;
 mod repair;
 mod results;

@@ -1,7 +1,8 @@
 //! The scheduling cycle: the core decides, its decisions become releases and reclaims.
 
 use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, backoff};
-use super::decide::{Intent, release};
+use super::decide::Intent;
+use super::release_write::release;
 use super::{Controller, FIRST_CYCLE, Membership, core_step};
 use crate::controller::clock::Stopwatch;
 use crate::controller::records::Key;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use crate::controller::records::Labels;
-use crate::controller::state::lifecycle::selector_matches;
+use crate::controller::state::release_write::selector_matches;
 
 #[test]
 fn label_selectors() {
