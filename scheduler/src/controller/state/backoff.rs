@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use koord_queue_api::queue_unit::QueueUnitPhase;
 
-use super::decide::UnitView;
+use super::view::UnitView;
 use super::{job_ref, millis, queue_of};
 use crate::controller::clock::wall_time;
 use crate::controller::records::JobRecord;

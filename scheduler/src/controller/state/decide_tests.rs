@@ -6,9 +6,10 @@ use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::{QueueUnit, keys};
 use serde_json::{Value, json};
 
-use super::{Intent, OnSubmit, Step, UnitView, desired_membership, next_step};
+use super::{Intent, OnSubmit, Step, desired_membership, next_step};
 use crate::controller::records::{JobRecord, Key, UnitRecord};
 use crate::controller::state::unit::Membership;
+use crate::controller::state::view::UnitView;
 use crate::controller::writes::Write;
 
 const NOW_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z

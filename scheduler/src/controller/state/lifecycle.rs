@@ -4,9 +4,10 @@
 
 use koord_queue_api::jobs::JobState;
 
-use super::decide::{Intent, UnitView, desired_membership, finished, gang_complete, next_step};
+use super::decide::{Intent, desired_membership, finished, gang_complete, next_step};
 use super::failing::{kind_unseen, membership_of_unit_alone};
 use super::pods::group_of;
+use super::view::UnitView;
 use super::{Controller, Membership, core_step, job_ref, queue_of};
 use crate::controller::records::{Grouping, Key};
 use crate::controller::writes::Write;

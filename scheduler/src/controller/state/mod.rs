@@ -17,6 +17,7 @@ mod relist;
 mod repair;
 mod results;
 mod unit;
+mod view;
 mod visibility;
 
 use std::collections::{HashMap, HashSet};
@@ -62,7 +63,7 @@ pub struct Settings {
     pub job_events: bool,
     /// Strict dequeue for queues that do not set it: `Some(timeout)` when on.
     pub strict_default: Option<Duration>,
-    /// Salt of the backoff jitter (see [`UnitView::jitter_salt`]): random
+    /// Salt of the backoff jitter (see `view::UnitView::jitter_salt`): random
     /// per process, so that replicas do not send units back in step; fixed
     /// in tests, so that a backoff's end is known.
     pub jitter_salt: u64,

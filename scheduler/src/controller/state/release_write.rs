@@ -12,7 +12,7 @@ use koord_queue_api::ResourceListExt as _;
 use koord_queue_api::Resources;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, CheckState, QueueUnitPhase};
 
-use super::decide::{UnitView, strict_timeout};
+use super::view::{UnitView, strict_timeout};
 use super::{job_ref, queue_of};
 use crate::controller::clock::wall_time;
 use crate::controller::records::{JobRecord, Labels, QueueRecord, UnitRecord};
