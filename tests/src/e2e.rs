@@ -199,6 +199,22 @@ pub fn job_yaml_on_nodes(
     job_yaml_with(name, quota, cpu, run_for, &selector)
 }
 
+/// Creates PriorityClass `name` of `value` (a suite's classes are shared by
+/// its tests, so one that exists already is fine).
+pub async fn priority_class(client: &kube::Client, name: &str, value: i32) -> Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let class: PriorityClass =
+        serde_json::from_value(json!({ "metadata": { "name": name }, "value": value }))?;
+    match Api::<PriorityClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating PriorityClass {name}")),
+    }
+}
+
 /// [`job_yaml`] whose pod has PriorityClass `class`.
 pub fn job_yaml_with_priority(
     name: &str,

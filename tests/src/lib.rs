@@ -14,6 +14,7 @@ pub mod framework;
 pub mod https;
 pub mod install;
 pub mod job_crds;
+pub mod kinds;
 pub mod kubeconfig;
 pub mod load;
 pub mod metrics;

@@ -4,18 +4,17 @@
 //! waits for is held back behind it; once capacity frees, the large one is
 //! released first. On batch Jobs, and with a Kubeflow PyTorchJob as the
 //! reserving head (no training operator runs here: its release is its
-//! unsuspend, read on the job and its unit). And priority preemption of a
-//! PyTorchJob by a batch Job in the same quota.
+//! unsuspend, read on the job and its unit). Priority preemption is in
+//! `preemption_e2e.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use koord_queue_api::QueueUnit;
-use koord_queue_api::queue_unit::QueueUnitPhase::{self, *};
+use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_tests::e2e::{self, kubectl_create_job, wait_phase};
+use koord_queue_tests::kinds::{job_and_unit, kind_api, pytorch_job, pytorch_state};
 use koord_queue_tests::{ControlPlane, fixtures, job_crds, scheduler, shared, webhook};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -33,12 +32,7 @@ async fn setup() -> &'static ControlPlane {
             fixtures::apply_crds(&client, &job_crds::job_framework_crds())
                 .await
                 .unwrap();
-            let class: PriorityClass =
-                serde_json::from_value(json!({ "metadata": { "name": HIGH }, "value": 1000 }))
-                    .unwrap();
-            let _ = Api::<PriorityClass>::all(client)
-                .create(&PostParams::default(), &class)
-                .await;
+            e2e::priority_class(&client, HIGH, 1000).await.unwrap();
             webhook::start_and_register(cp).await.unwrap();
             scheduler::start_leader(cp, scheduler::test_args("reserve-e2e-scheduler"))
                 .await
@@ -58,39 +52,6 @@ async fn reserving_queue(cp: &ControlPlane, name: &str, max_cpu: &str) -> String
     )
     .await
     .unwrap()
-}
-
-/// The API of `kind` (a batch Job or a PyTorchJob) in `ns`.
-fn kind_api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
-    let (group, version, plural) = match kind {
-        "Job" => ("batch", "v1", "jobs"),
-        "PyTorchJob" => ("kubeflow.org", "v1", "pytorchjobs"),
-        other => panic!("no kind {other}"),
-    };
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(&gvk, plural),
-    )
-}
-
-/// The job `kind/name` as JSON and its unit (named by its annotation).
-async fn job_and_unit(
-    client: &kube::Client,
-    ns: &str,
-    kind: &str,
-    name: &str,
-) -> (serde_json::Value, Option<QueueUnit>) {
-    let job = serde_json::to_value(kind_api(client, ns, kind).get(name).await.unwrap()).unwrap();
-    let unit = match job["metadata"]["annotations"]["koord-queue/queue-unit"].as_str() {
-        Some(unit) => Api::<QueueUnit>::namespaced(client.clone(), ns)
-            .get_opt(unit)
-            .await
-            .unwrap(),
-        None => None,
-    };
-    (job, unit)
 }
 
 async fn message(client: &kube::Client, ns: &str, kind: &str, name: &str) -> String {
@@ -182,17 +143,6 @@ async fn a_reserving_job_keeps_freed_capacity_and_is_released_first() {
         large <= small,
         "the reserving head is released first: large at {large}, small at {small}"
     );
-}
-
-/// The phase of PyTorchJob `name`'s unit, and whether the job is held.
-async fn pytorch_state(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> (Option<QueueUnitPhase>, bool) {
-    let (job, unit) = job_and_unit(client, ns, "PyTorchJob", name).await;
-    let held = job["spec"]["runPolicy"]["suspend"] == json!(true);
-    (unit.and_then(|u| u.status?.phase), held)
 }
 
 #[tokio::test]
@@ -312,81 +262,4 @@ async fn a_job_that_ends_before_the_head_can_start_is_backfilled() {
         let at = released_at(&client, &ns, "Job", later).await;
         assert!(large <= at, "large at {large}, {later} at {at}");
     }
-}
-
-/// A PyTorchJob of one 1-CPU master and `workers` 1-CPU workers of
-/// PriorityClass `class` in quota `quota`.
-fn pytorch_job(name: &str, quota: &str, workers: i64, class: &str) -> DynamicObject {
-    let replica = |replicas: i64| {
-        json!({ "replicas": replicas, "template": { "spec": {
-            "priorityClassName": class,
-            "containers": [{ "name": "pytorch", "image": "pytorch",
-                "resources": { "requests": { "cpu": "1", "memory": "64Mi" } } }] } } })
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": { "name": name, "labels": { koord_queue_api::keys::QUOTA_NAME_LABEL: quota } },
-        "spec": { "pytorchReplicaSpecs": { "Master": replica(1), "Worker": replica(workers) } },
-    }))
-    .unwrap()
-}
-
-/// Priority preemption on a Kubeflow kind: a high-priority Job that does
-/// not fit preempts a released lower-priority PyTorchJob of its quota,
-/// which is held again (`runPolicy.suspend` and the annotation) and sent
-/// back with the reason Preempted.
-#[tokio::test]
-async fn a_higher_priority_job_preempts_a_pytorchjob() {
-    let cp = setup().await;
-    let client = cp.client().await.unwrap();
-    let low = "kq-reserve-low";
-    let class: PriorityClass =
-        serde_json::from_value(json!({ "metadata": { "name": low }, "value": 10 })).unwrap();
-    let _ = Api::<PriorityClass>::all(client.clone())
-        .create(&PostParams::default(), &class)
-        .await;
-    let leaf = e2e::queue_with(
-        cp,
-        "prept",
-        "4",
-        json!({ "preemption": { "withinQuota": "LowerPriority", "minRunSeconds": 0 } }),
-    )
-    .await
-    .unwrap();
-    let ns = fixtures::create_namespace(&client, true).await.unwrap();
-    kind_api(&client, &ns, "PyTorchJob")
-        .create(
-            &PostParams::default(),
-            &pytorch_job("trainer", &leaf, 2, low),
-        )
-        .await
-        .unwrap();
-    fixtures::eventually(LONG, || async {
-        Ok(!pytorch_state(&client, &ns, "trainer").await.1)
-    })
-    .await
-    .expect("the PyTorchJob is released (3 of 4 CPU)");
-    kubectl_create_job(
-        cp,
-        &ns,
-        &e2e::job_yaml_with_priority("hero", &leaf, "2", "1s", HIGH),
-    )
-    .await
-    .unwrap();
-    wait_phase(&client, &ns, "hero", &[Running, Succeed], LONG)
-        .await
-        .unwrap();
-    let (job, unit) = job_and_unit(&client, &ns, "PyTorchJob", "trainer").await;
-    assert_eq!(job["spec"]["runPolicy"]["suspend"], json!(true), "{job}");
-    assert_eq!(
-        job["metadata"]["annotations"][koord_queue_api::keys::SUSPEND_ANNOTATION],
-        json!("true")
-    );
-    let status = unit.unwrap().status.unwrap();
-    assert_eq!(status.phase, Some(TimeoutBackoff), "{status:?}");
-    assert!(
-        status.conditions.iter().any(|c| c.reason == "Preempted"),
-        "{:?}",
-        status.conditions
-    );
 }
