@@ -196,6 +196,29 @@ impl ControlPlane {
                     pki.apiserver_key.display().to_string(),
                 ),
                 ("client-ca-file", pki.ca_file.display().to_string()),
+                // The aggregation layer (the visibility API is an APIService).
+                (
+                    "requestheader-client-ca-file",
+                    pki.front_proxy_ca_file.display().to_string(),
+                ),
+                (
+                    "requestheader-allowed-names",
+                    crate::pki::FRONT_PROXY_CLIENT.into(),
+                ),
+                ("requestheader-username-headers", "X-Remote-User".into()),
+                ("requestheader-group-headers", "X-Remote-Group".into()),
+                (
+                    "requestheader-extra-headers-prefix",
+                    "X-Remote-Extra-".into(),
+                ),
+                (
+                    "proxy-client-cert-file",
+                    pki.front_proxy_cert.display().to_string(),
+                ),
+                (
+                    "proxy-client-key-file",
+                    pki.front_proxy_key.display().to_string(),
+                ),
                 (
                     "service-account-issuer",
                     "https://kubernetes.default.svc.cluster.local".into(),

@@ -26,7 +26,18 @@ pub struct Pki {
     pub service_account_pub: PathBuf,
     /// The admin user's client certificate (CN `koord-queue-admin`, O `system:masters`).
     pub admin: IssuedCert,
+    /// The aggregation layer's front-proxy CA (`--requestheader-client-ca-file`),
+    /// apart from the cluster CA as Kubernetes advises: a client certificate of
+    /// the cluster CA must not be able to pose as the front proxy.
+    pub front_proxy_ca_file: PathBuf,
+    /// The front proxy's client certificate and key (`--proxy-client-*-file`).
+    pub front_proxy_cert: PathBuf,
+    /// Its key.
+    pub front_proxy_key: PathBuf,
 }
+
+/// The front proxy's name (`--requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 /// The admin user of test clusters.
 pub const ADMIN_USER: &str = "koord-queue-admin";
@@ -49,6 +60,8 @@ impl Pki {
         let admin = ca.issue_client(ADMIN_USER, &["system:masters"], VALIDITY)?;
         // Any certificate's key will do as the service-account signing key.
         let sa = ca.issue_client("service-accounts", &[], VALIDITY)?;
+        let front_proxy_ca = Authority::generate("koord-queue-test-front-proxy-ca", VALIDITY)?;
+        let front_proxy = front_proxy_ca.issue_client(FRONT_PROXY_CLIENT, &[], VALIDITY)?;
 
         let write = |name: &str, contents: &str| -> Result<PathBuf> {
             let path = dir.join(name);
@@ -66,6 +79,9 @@ impl Pki {
                 &koord_queue_certs::inspect::public_key_pem(&sa.key_pem)?,
             )?,
             admin,
+            front_proxy_ca_file: write("front-proxy-ca.crt", front_proxy_ca.cert_pem())?,
+            front_proxy_cert: write("front-proxy-client.crt", &front_proxy.cert_pem)?,
+            front_proxy_key: write("front-proxy-client.key", &front_proxy.key_pem)?,
             ca,
         })
     }
