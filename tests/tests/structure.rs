@@ -1,6 +1,7 @@
 //! The structure the compiler does not check by itself (docs/architecture.md
-//! §1): no module of the decision core or of the scheduler depends on a
-//! module that depends back on it, and the core's crate names no kube,
+//! §1): no module of a crate depends on a module that depends back on it,
+//! no product module imports by glob (a glob hides which modules it uses,
+//! from the reader and from this check), and the core's crate names no kube,
 //! k8s-openapi or tokio among its dependencies. No cluster needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -114,14 +115,25 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
     out
 }
 
+/// The crates whose modules are checked.
+const CRATES: [&str; 7] = [
+    "core/src",
+    "scheduler/src",
+    "api/src",
+    "webhook/src",
+    "bench/src",
+    "certs/src",
+    "visibility/src",
+];
+
 #[test]
-fn no_module_cycles_in_the_core_or_the_scheduler() {
-    for src in ["core/src", "scheduler/src"] {
+fn no_module_cycles_in_any_crate() {
+    for src in CRATES {
         let mods = modules(&workspace().join(src));
-        assert!(mods.len() > 5, "{src}: {} modules found", mods.len());
+        assert!(mods.len() > 3, "{src}: {} modules found", mods.len());
         let edges = edges(&mods);
         assert!(
-            edges.values().map(BTreeSet::len).sum::<usize>() > 10,
+            edges.values().map(BTreeSet::len).sum::<usize>() > 3,
             "{src}: no edges read"
         );
         assert_eq!(cycles(&edges), Vec::<(String, String)>::new(), "{src}");
@@ -137,6 +149,60 @@ fn the_detector_sees_a_cycle() {
     ]
     .into();
     assert_eq!(cycles(&edges(&mods)), [("a".to_string(), "b".to_string())]);
+}
+
+/// The glob imports (`use a::b::*;`) of a module's source outside its test
+/// modules (`#[cfg(test)]` and what follows it to the end of the file is
+/// left out: test modules come last and may glob their parent).
+fn globs(src: &str) -> Vec<String> {
+    let product = src.split("#[cfg(test)]").next().unwrap_or(src);
+    let mut out = Vec::new();
+    let mut statement = String::new();
+    for line in product.lines().map(str::trim) {
+        if line.starts_with("//") {
+            continue;
+        }
+        if statement.is_empty()
+            && !(line.starts_with("use ")
+                || line.starts_with("pub use ")
+                || line.starts_with("pub(crate) use "))
+        {
+            continue;
+        }
+        statement.push_str(line);
+        if line.ends_with(';') {
+            if statement.contains("::*") || statement.contains("::{*") || statement.contains(", *")
+            {
+                out.push(std::mem::take(&mut statement));
+            }
+            statement.clear();
+        }
+    }
+    out
+}
+
+#[test]
+fn no_product_module_imports_by_glob() {
+    let mut found = Vec::new();
+    for src in CRATES {
+        for (module, text) in modules(&workspace().join(src)) {
+            found.extend(
+                globs(&text)
+                    .into_iter()
+                    .map(|g| format!("{src}: {module}: {g}")),
+            );
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn the_glob_reader_sees_globs_outside_tests_only() {
+    let src = "use a::b::*;\nuse c::{d, *};\nuse e::f;\npub use g::{\n    h::*,\n};\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n";
+    assert_eq!(
+        globs(src),
+        ["use a::b::*;", "use c::{d, *};", "pub use g::{h::*,};"]
+    );
 }
 
 /// The dependency names of `crate_dir`'s `[dependencies]` table.
