@@ -28,7 +28,7 @@ pub type ResourceList = BTreeMap<String, Quantity>;
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
-    printcolumn = r#"{"name":"Position","type":"integer","jsonPath":".status.position"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"QuotaReserved\")].reason"}"#,
     printcolumn = r#"{"name":"JobType","type":"string","jsonPath":".spec.consumerRef.kind"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -185,6 +185,29 @@ impl QueueUnitPhase {
         ]
     }
 
+    /// The standard conditions of a waiting (Enqueued) unit: QuotaReserved
+    /// false with the reason it waits — one of the visibility API's wait
+    /// types (`QuotaExceeded`, `BehindHead`, …) — and its sentence, so that
+    /// `kubectl get` and tools reading conditions see why without the API.
+    pub fn waiting_conditions(reason: &str, message: &str, at: &Time) -> Vec<Condition> {
+        let mut conditions = Self::Enqueued.standard_conditions(None, "", at);
+        if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "QuotaReserved") {
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+        }
+        conditions
+    }
+
+    /// The reason a waiting unit's QuotaReserved condition gives, if it
+    /// gives one beyond `Pending` (see [`QueueUnitPhase::waiting_conditions`]).
+    pub fn waiting_reason(conditions: &[Condition]) -> Option<&str> {
+        conditions
+            .iter()
+            .find(|c| c.type_ == "QuotaReserved" && c.status == "False")
+            .map(|c| c.reason.as_str())
+            .filter(|r| !r.is_empty() && *r != "Pending" && *r != "Finished")
+    }
+
     /// The phase as written in `status.phase`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -237,7 +260,10 @@ pub struct QueueUnitStatus {
     /// Pods of the job by state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_state: Option<PodState>,
-    /// 1-based place in its queue while waiting.
+    /// Deprecated, no longer written (cleared): a unit's place moves with
+    /// every release ahead of it, and writing it cost the API server more
+    /// than any other status write. Read it from the visibility API
+    /// (`pendingunits`), which answers from the scheduler's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<i64>,
     /// Standard conditions: QuotaReserved, Admitted, PodsReady, Finished, Evicted.

@@ -123,7 +123,7 @@ pub fn unit_manifest(shape: &Shape, i: usize, created: &Job, unit_name: &str) ->
 /// The `k`-th status write of a unit, in the order and with the content the
 /// scheduler writes them in the saturated run: the release (Dequeued, with
 /// admissions and conditions) before the unsuspend, Succeed after it; any
-/// further writes are phase Enqueued, Running, then position updates.
+/// further writes are phase Enqueued, Running, then changes of why it waits.
 fn status_write(shape: &Shape, i: usize, k: u64) -> Value {
     let job = &shape.jobs[i];
     let leaf = &shape.leaves[job.leaf];
@@ -152,7 +152,12 @@ fn status_write(shape: &Shape, i: usize, k: u64) -> Value {
             "phase": "Running", "message": "running", "lastUpdateTime": now(),
             "conditions": conditions(QueueUnitPhase::Running, "running"),
         }),
-        k => json!({ "position": k, "message": format!("position {k} in queue {}", leaf.name) }),
+        k => {
+            let message = format!("quota {}: cpu {k} used, needs {cpu}", leaf.name);
+            json!({ "position": null, "message": message,
+                    "conditions": QueueUnitPhase::waiting_conditions(
+                        "QuotaExceeded", &message, &Time(k8s_openapi::jiff::Timestamp::now())) })
+        }
     };
     json!({ "status": status })
 }

@@ -16,11 +16,20 @@ use crate::controller::metrics::Metrics;
 use crate::controller::writes::Writer;
 use crate::controller::{Controller, Settings, sources};
 use crate::core::Core;
+use koord_queue_visibility::Queries;
+use koord_queue_visibility::serve::Server as VisibilityServer;
 
 /// The configuration used without `--config`: priority ordering and elastic
 /// quotas with the root capacity taken from the root quota or the nodes.
 pub const DEFAULT_CONFIG: &str =
     "plugins:\n- name: Priority\n- name: ElasticQuota\n  args:\n    rootCapacity: auto\n";
+
+/// Visibility questions waiting for the controller at most; more are
+/// answered 503 at once.
+const QUERY_DEPTH: usize = 64;
+/// How long a question may wait for the controller (it answers between two
+/// inputs; a cycle over 100,000 units takes tens of milliseconds).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A started scheduler.
 #[derive(Debug)]
@@ -29,6 +38,9 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     /// Readiness as `/readyz` reports it.
     pub readiness: Readiness,
+    /// Bound address of the visibility API, when served.
+    pub visibility_addr: Option<SocketAddr>,
+    visibility: Option<VisibilityServer>,
     leader: LeaderHandle,
     stop: Option<oneshot::Sender<()>>,
     controller: tokio::task::JoinHandle<()>,
@@ -48,6 +60,9 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if let Some(visibility) = self.visibility.take() {
+            visibility.stop(self.drain);
+        }
         let _ = tokio::time::timeout(self.drain, &mut self.controller).await;
         self.leader.release().await;
         tracing::info!("stopped");
@@ -55,6 +70,9 @@ impl Running {
 
     /// Stops without releasing the Lease, as a crash would (tests).
     pub fn abort(self) {
+        if let Some(visibility) = &self.visibility {
+            visibility.stop(Duration::ZERO);
+        }
         self.controller.abort();
         drop(self.leader);
     }
@@ -120,9 +138,8 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         strict_dequeue,
         strict_timeout,
         drain_timeout,
-        // Served once the controller answers queries (issue 39, in progress).
-        visibility_addr: _,
-        visibility_cert_dir: _,
+        visibility_addr,
+        visibility_cert_dir,
         log_format: _,
         log_level: _,
     } = args;
@@ -164,6 +181,8 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
     let resource_quotas = core.plugin_names().contains(&"ResourceQuota");
     let source_names = sources::start(&client, &namespace, &adapters, resource_quotas, input_tx);
     let leader = LeaderElector::spawn(client.clone(), lease);
+    let client_for_visibility = client.clone();
+    let system_namespace = namespace.clone();
     let writer = Writer::new(
         client,
         leader.leadership(),
@@ -195,12 +214,30 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         metrics,
         readiness.clone(),
     );
+    let (queries, query_rx) = Queries::channel(QUERY_DEPTH, QUERY_TIMEOUT);
+    let visibility = match visibility_addr {
+        Some(addr) => Some(
+            VisibilityServer::start(
+                addr,
+                visibility_cert_dir,
+                client_for_visibility,
+                queries,
+                &system_namespace,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let leadership = leader.subscribe();
-    let task = tokio::spawn(controller.run(input_rx, done_rx, leadership, async move {
-        let _ = stop_rx.await;
-    }));
+    let task = tokio::spawn(
+        controller.run(input_rx, done_rx, leadership, query_rx, async move {
+            let _ = stop_rx.await;
+        }),
+    );
     Ok(Running {
+        visibility_addr: visibility.as_ref().map(|v| v.addr),
+        visibility,
         admin_addr,
         readiness,
         leader,

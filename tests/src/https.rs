@@ -57,10 +57,26 @@ impl Connection {
 
     /// POSTs `body` (JSON) to `path`; the status and the response body.
     pub fn post(&mut self, path: &str, body: &[u8]) -> Result<(u16, String)> {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
+        self.request("POST", path, &[("Content-Type", "application/json")], body)
+    }
+
+    /// GETs `path` with `headers`; the status and the response body.
+    pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Result<(u16, String)> {
+        self.request("GET", path, headers, &[])
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(u16, String)> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         // One write: a request split over two small segments waits for the
         // peer's delayed ACK (Nagle), ~40 ms a request.
         let mut request = head.into_bytes();

@@ -28,6 +28,7 @@ pub mod scheduler;
 pub mod shared;
 pub mod tenant;
 pub mod tools;
+pub mod visibility;
 pub mod webhook;
 
 pub use control_plane::{ControlPlane, Nodes, Tier};

@@ -59,6 +59,8 @@ pub struct SchedulerReplica {
     running: Arc<Mutex<Option<koord_queue_scheduler::Running>>>,
     /// Admin address.
     pub admin_addr: SocketAddr,
+    /// The visibility API's address, when served.
+    pub visibility_addr: Option<SocketAddr>,
 }
 
 impl SchedulerReplica {
@@ -143,9 +145,11 @@ pub async fn start_via(
     .await?
     .context("starting the scheduler")?;
     let admin_addr = running.admin_addr;
+    let visibility_addr = running.visibility_addr;
     Ok(SchedulerReplica {
         running: Arc::new(Mutex::new(Some(running))),
         admin_addr,
+        visibility_addr,
     })
 }
 

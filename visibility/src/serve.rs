@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -20,7 +21,9 @@ use kube::Api;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::authn::{AUTHENTICATION_CONFIGMAP, RequestHeaderConfig};
-use crate::routes::PeerName;
+use crate::authz::Authorizer;
+use crate::queries::Queries;
+use crate::routes::{ApiState, PeerName, router};
 
 /// Reads the request-header settings kube-apiserver publishes.
 pub async fn read_request_header(client: &kube::Client) -> Result<RequestHeaderConfig, String> {
@@ -65,7 +68,7 @@ pub async fn serve(
     published: Arc<RwLock<Result<RequestHeaderConfig, String>>>,
     app: Router,
     every: Duration,
-    handle: axum_server::Handle<std::net::SocketAddr>,
+    handle: axum_server::Handle<SocketAddr>,
 ) -> io::Result<()> {
     let (mut current, config) = loop {
         let loaded = read_request_header(&client)
@@ -211,5 +214,87 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         request.extensions_mut().insert(self.peer.clone());
         self.inner.call(request)
+    }
+}
+
+/// How often the serving certificate and the request-header CA are re-read.
+const RELOAD_EVERY: Duration = Duration::from_secs(30);
+
+/// The served API.
+
+#[derive(Debug)]
+pub struct Server {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+}
+
+impl Server {
+    /// Binds `addr` and serves the API with the certificate in `cert_dir`.
+    /// The scheduler binds it at start: a taken port or an unusable
+    /// certificate stops the process there, with the reason.
+    pub async fn start(
+        addr: SocketAddr,
+        cert_dir: Option<PathBuf>,
+        client: kube::Client,
+        queries: Queries,
+        system_namespace: &str,
+    ) -> anyhow::Result<Self> {
+        let cert_dir = cert_dir.ok_or_else(|| {
+            anyhow::anyhow!("--visibility-addr needs --visibility-cert-dir (tls.crt, tls.key)")
+        })?;
+        let cert = CertPaths::in_dir(&cert_dir);
+        // Fail fast on a certificate that cannot serve (kubert's rule): a
+        // pair that does not load now would never serve.
+        for path in [&cert.cert, &cert.key] {
+            std::fs::metadata(path).map_err(|e| {
+                anyhow::anyhow!("visibility API certificate {}: {e}", path.display())
+            })?;
+        }
+        koord_queue_certs::server_config(
+            &std::fs::read(&cert.cert)?,
+            &std::fs::read(&cert.key)?,
+            None,
+        )
+        .map_err(|e| {
+            anyhow::anyhow!("visibility API certificate in {}: {e}", cert_dir.display())
+        })?;
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("cannot bind the visibility address {addr}: {e}"))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let published = Arc::new(RwLock::new(Err(
+            "the request-header settings are being read".to_string(),
+        )));
+        let app = router(ApiState {
+            queries,
+            authorizer: Arc::new(Authorizer::new(client.clone())),
+            request_header: Arc::clone(&published),
+            system_namespace: system_namespace.into(),
+        });
+        let handle = axum_server::Handle::new();
+        let serving = handle.clone();
+        tokio::spawn(async move {
+            let served = serve(
+                listener,
+                cert,
+                client,
+                published,
+                app,
+                RELOAD_EVERY,
+                serving,
+            )
+            .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "the visibility API stopped");
+            }
+        });
+        tracing::info!(%addr, "visibility API");
+        Ok(Self { addr, handle })
+    }
+
+    /// Stops taking connections; requests in flight get `drain` to finish.
+    pub fn stop(&self, drain: Duration) {
+        self.handle.graceful_shutdown(Some(drain));
     }
 }

@@ -139,6 +139,11 @@ impl WaitType {
         }
     }
 
+    /// The type named `name` (as [`WaitType::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
     /// Every type, in the documented order.
     pub const ALL: [WaitType; 15] = [
         Self::QuotaExceeded,

@@ -78,8 +78,12 @@ pub struct UnitRecord {
     pub held: Resources,
     /// `status.message`.
     pub message: Option<String>,
-    /// `status.position`.
+    /// `status.position` (no longer written; a stale one is cleared).
     pub position: Option<i64>,
+    /// Why it waits, as its QuotaReserved condition last said (a wait type
+    /// of the visibility API): its status is written again only when that
+    /// changes, not whenever its place or the figures move.
+    pub wait_reason: Option<Name>,
     /// `status.attempts`.
     pub attempts: i64,
     /// `status.admissionChecks`.
@@ -169,6 +173,7 @@ impl UnitRecord {
             held,
             message: status.message,
             position: status.position,
+            wait_reason: QueueUnitPhase::waiting_reason(&status.conditions).map(intern),
             attempts: status.attempts.unwrap_or(0),
             checks: status.admission_checks.clone(),
             requeue_count: status.requeue_state.as_ref().map_or(0, |r| r.count),

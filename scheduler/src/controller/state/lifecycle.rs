@@ -11,6 +11,7 @@ use super::view::UnitView;
 use super::{Controller, Membership, core_step, job_ref, queue_of};
 use crate::controller::records::{Grouping, Key};
 use crate::controller::writes::Write;
+use crate::wait_view::wait_type;
 
 impl Controller {
     /// Brings the core's view of unit `k` in line with the observed unit and
@@ -213,18 +214,26 @@ impl Controller {
             if st.member != Membership::Waiting && gang_complete(job) {
                 continue;
             }
-            let message = match job.grouping.as_deref() {
-                Some(Grouping::Group { size, .. }) if !gang_complete(job) => format!(
+            // The cycle's reason rides with the phase: a unit's first reason
+            // costs no write of its own.
+            let judged = self.core.reason(&k);
+            let message = match (job.grouping.as_deref(), judged) {
+                (Some(Grouping::Group { size, .. }), _) if !gang_complete(job) => format!(
                     "waiting for all {size} pods of the group to exist (a pod group reserves no \
                      quota before), then in queue {}",
                     queue_of(&st.rec)
                 ),
+                (_, Some(reason)) => reason.to_string(),
                 _ => format!("waiting in queue {}", queue_of(&st.rec)),
             };
+            let reason = judged
+                .filter(|_| gang_complete(job))
+                .map(|r| wait_type(r).as_str());
             let write = Write::Enqueue {
                 unit: k.clone(),
                 job: job_ref(job),
                 message,
+                reason,
             };
             self.submit_unit_write(&k, Intent::keep(write));
         }

@@ -8,6 +8,7 @@ mod failing;
 mod groups;
 mod inputs;
 mod lifecycle;
+mod pending;
 mod pods;
 mod queue_status;
 mod quotas;
@@ -24,6 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use koord_queue_runtime::{Leadership, Readiness};
+use koord_queue_visibility::Query;
 use tokio::sync::{mpsc, watch};
 
 use decide::{Intent, OnSubmit};
@@ -187,12 +189,15 @@ impl Controller {
         self.now = now;
     }
 
-    /// Runs until `stop` resolves.
+    /// Runs until `stop` resolves. Visibility `queries` are answered
+    /// between two inputs, before any other waiting input: an answer reads
+    /// the state and writes nothing, and a person waits for it.
     pub async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
         mut written: mpsc::UnboundedReceiver<Written>,
         mut leadership: watch::Receiver<bool>,
+        mut queries: mpsc::Receiver<Query>,
         stop: impl Future<Output = ()>,
     ) {
         self.set_now(Now::read());
@@ -223,6 +228,7 @@ impl Controller {
                     tracing::info!("controller stopping");
                     return;
                 }
+                Some(query) = queries.recv() => self.answer(query),
                 Some(w) = written.recv() => {
                     self.set_now(Now::read());
                     self.visibility.changed();

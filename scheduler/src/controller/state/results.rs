@@ -50,11 +50,12 @@ impl Controller {
         }
         match write {
             Write::Visibility {
-                position, message, ..
+                reason, message, ..
             } => {
                 st.publishing = false;
                 if ok_rv.is_some() {
-                    st.rec.position = position;
+                    st.rec.position = None;
+                    st.rec.wait_reason = Some(reason.into());
                     st.rec.message = Some(message);
                 }
                 return;
@@ -102,7 +103,12 @@ impl Controller {
                     self.retry.insert(k.clone());
                 }
             }
-            Write::Enqueue { job, .. } => self.on_enqueue_written(&k, job, ok_rv.is_some()),
+            Write::Enqueue {
+                job,
+                reason,
+                message,
+                ..
+            } => self.on_enqueue_written(&k, job, reason, message, ok_rv.is_some()),
             Write::Phase {
                 phase, admissions, ..
             } => self.on_phase_written(&k, phase, admissions.is_some(), ok_rv.is_some()),
@@ -307,13 +313,29 @@ impl Controller {
     }
 
     /// Phase Enqueued was written (or not).
-    fn on_enqueue_written(&mut self, k: &Key, job: JobRef, ok: bool) {
+    fn on_enqueue_written(
+        &mut self,
+        k: &Key,
+        job: JobRef,
+        reason: Option<&'static str>,
+        message: String,
+        ok: bool,
+    ) {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
         st.awaiting = false;
         if ok {
             st.rec.phase = Some(QueueUnitPhase::Enqueued);
+            // What it wrote, so the next visibility pass does not write it
+            // again before the watch shows it; and the job hears why it
+            // waits, as it hears every later change of reason.
+            let waiting = reason.map(|r| format!("{r}: {message}"));
+            if let Some(r) = reason {
+                st.rec.wait_reason = Some(r.into());
+                st.rec.message = Some(message);
+                st.last_waiting_event = Some(self.now.at);
+            }
             let queue = st.rec.queue.clone();
             self.event(
                 &job,
@@ -321,6 +343,9 @@ impl Controller {
                 "Queued",
                 format!("queued in queue {queue}; the job is held until Koord-Queue releases it"),
             );
+            if let Some(note) = waiting {
+                self.event(&job, false, "Waiting", note);
+            }
         } else {
             self.retry.insert(k.clone());
         }

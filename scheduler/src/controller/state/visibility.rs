@@ -1,8 +1,9 @@
-//! What users see: positions and reasons on waiting units, metrics, and
-//! when a pass runs; Queue status is written by `queue_status.rs`.
+//! What users see without the visibility API: why each waiting unit waits
+//! (its wait type, written when it changes), Events, metrics, and when a
+//! pass runs; Queue status is written by `queue_status.rs`, the API's
+//! answers by `pending.rs`.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use koord_queue_api::queue_unit::QueueUnitPhase;
@@ -12,6 +13,7 @@ use crate::controller::metrics::{QueueLabels, QuotaLabels};
 use crate::controller::records::Key;
 use crate::controller::writes::Write;
 use crate::core::Core;
+use crate::wait_view::wait_type;
 
 /// Minimum interval between two "Waiting" Events of one job.
 const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(30);
@@ -91,8 +93,8 @@ impl Visibility {
 }
 
 impl Controller {
-    /// A visibility pass, when one is due: positions and reasons of waiting
-    /// units, then Queue status.
+    /// A visibility pass, when one is due: reasons of waiting units, then
+    /// Queue status.
     pub(super) fn visibility_pass(&mut self) {
         let now = self.now.at;
         if !self
@@ -101,17 +103,18 @@ impl Controller {
         {
             return;
         }
-        let positions_done = self.publish_positions(now);
+        let reasons_done = self.publish_reasons(now);
         let queues_done = self.publish_queue_status(now);
-        self.visibility.passed(positions_done && queues_done);
+        self.visibility.passed(reasons_done && queues_done);
     }
 
-    /// Positions and reasons of waiting units, written only when changed and
-    /// at most once per status interval per unit, within a budget per pass.
-    /// Returns whether the pass was complete: every waiting unit compared,
-    /// none left for a later pass.
-    pub(super) fn publish_positions(&mut self, now: Instant) -> bool {
-        let scan = scan_positions(
+    /// Why waiting units wait, written when the wait type changed (not when
+    /// a unit's place or the figures move: the visibility API answers
+    /// those), at most once per status interval per unit, within a budget
+    /// per pass. Returns whether the pass was complete: every waiting unit
+    /// compared, none left for a later pass.
+    pub(super) fn publish_reasons(&mut self, now: Instant) -> bool {
+        let scan = scan_reasons(
             &self.core,
             &self.units,
             now,
@@ -122,16 +125,12 @@ impl Controller {
             },
             VISIBILITY_BUDGET,
         );
-        let writes = scan.writes;
-        for (k, position, message) in writes {
+        for (k, reason, message) in scan.writes {
             let Some(st) = self.units.get_mut(&k) else {
                 continue;
             };
             st.publishing = true;
             st.last_published = Some(now);
-            // An Event when the reason (not just the place) changes.
-            let reason_changed =
-                strip_position(st.rec.message.as_deref()) != strip_position(Some(&message));
             let event_due = st
                 .last_waiting_event
                 .is_none_or(|t| now.duration_since(t) >= WAITING_EVENT_INTERVAL);
@@ -140,16 +139,13 @@ impl Controller {
                 .get(&st.rec.job_key())
                 .filter(|j| j.unit_name == st.rec.name)
                 .map(job_ref);
-            if reason_changed
-                && event_due
-                && let Some(job) = job
-            {
+            if event_due && let Some(job) = job {
                 st.last_waiting_event = Some(now);
-                self.event(&job, false, "Waiting", message.clone());
+                self.event(&job, false, "Waiting", format!("{reason}: {message}"));
             }
             self.writer.submit(Write::Visibility {
                 unit: k,
-                position,
+                reason,
                 message,
             });
         }
@@ -209,10 +205,6 @@ pub(super) const SLOW_VISIBILITY_FACTOR: u32 = 10;
 /// takes a few milliseconds on an idle one).
 pub(super) const SLOW_WRITES_MS: u64 = 50;
 
-pub(super) fn strip_position(message: Option<&str>) -> Option<&str> {
-    message.map(|m| m.split_once(": ").map_or(m, |(_, reason)| reason))
-}
-
 /// Tells whether a visibility pass can find anything new. The pass compares
 /// every waiting unit's rendered position and reason with what it last
 /// published; with 100,000 waiting units that took 15-20 % of a core every
@@ -230,37 +222,33 @@ pub(super) struct VisibilityGate {
 
 /// What a visibility pass over the waiting units found.
 #[derive(Debug, Default)]
-pub(super) struct PositionScan {
-    /// `(unit, position, message)` to write.
-    pub(super) writes: Vec<(Key, Option<i64>, String)>,
+pub(super) struct ReasonScan {
+    /// `(unit, wait type, sentence)` to write.
+    pub(super) writes: Vec<(Key, &'static str, String)>,
     /// Every waiting unit was compared and none was deferred.
     pub(super) complete: bool,
-    /// Messages rendered for the comparison.
-    pub(super) rendered: usize,
 }
 
-/// The waiting units whose published position or reason is out of date, at
-/// most `budget`, skipping units published less than `interval` ago.
-pub(super) fn scan_positions(
+/// The waiting units whose published wait type is out of date (or that
+/// still carry a position from an older version), at most `budget`,
+/// skipping units published less than `interval` ago.
+pub(super) fn scan_reasons(
     core: &Core,
     units: &HashMap<Key, Box<UnitState>>,
     now: Instant,
     interval: Duration,
     budget: usize,
-) -> PositionScan {
-    let mut scan = PositionScan {
+) -> ReasonScan {
+    let mut scan = ReasonScan {
         complete: true,
-        ..PositionScan::default()
+        ..ReasonScan::default()
     };
-    // Rendered into one buffer, allocated only for a write (100,000 units
-    // would otherwise churn 200,000 strings per pass).
-    let mut message = String::new();
     for queue in core.queues() {
         for w in core.queue_waiting(queue.name) {
-            if scan.writes.len() >= budget {
-                scan.complete = false;
-                return scan;
-            }
+            // No cycle has judged it yet: nothing new to say.
+            let Some(reason) = w.reason else {
+                continue;
+            };
             let Some(st) = units.get(w.key) else {
                 continue;
             };
@@ -269,6 +257,14 @@ pub(super) fn scan_positions(
             if st.awaiting || st.publishing || st.rec.phase != Some(QueueUnitPhase::Enqueued) {
                 continue;
             }
+            let kind = wait_type(reason).as_str();
+            if st.rec.wait_reason.as_deref() == Some(kind) && st.rec.position.is_none() {
+                continue;
+            }
+            if scan.writes.len() >= budget {
+                scan.complete = false;
+                return scan;
+            }
             if st
                 .last_published
                 .is_some_and(|t| now.duration_since(t) < interval)
@@ -276,19 +272,7 @@ pub(super) fn scan_positions(
                 scan.complete = false;
                 continue;
             }
-            let position = i64::try_from(w.position).ok();
-            message.clear();
-            let _ = write!(message, "position {} in queue {}", w.position, queue.name);
-            let _ = match (w.reason, &st.reason) {
-                (Some(r), _) => write!(message, ": {r}"),
-                (None, Some(r)) => write!(message, ": {r}"),
-                (None, None) => Ok(()),
-            };
-            scan.rendered += 1;
-            if st.rec.position == position && st.rec.message.as_deref() == Some(message.as_str()) {
-                continue;
-            }
-            scan.writes.push((st.rec.key(), position, message.clone()));
+            scan.writes.push((st.rec.key(), kind, reason.to_string()));
         }
     }
     scan

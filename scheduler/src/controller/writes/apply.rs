@@ -94,12 +94,19 @@ impl Writer {
     pub(super) async fn try_perform(&self, write: &Write) -> Result<Option<u64>, kube::Error> {
         match write {
             Write::Adopt { unit, job } => self.adopt(unit, job).await,
-            Write::Enqueue { unit, message, .. } => {
-                self.patch_unit_status(
-                    unit,
-                    json!({ "phase": "Enqueued", "message": message, "lastUpdateTime": now() }),
-                )
-                .await
+            Write::Enqueue {
+                unit,
+                message,
+                reason,
+                ..
+            } => {
+                let mut status =
+                    json!({ "phase": "Enqueued", "message": message, "lastUpdateTime": now() });
+                if let Some(reason) = reason {
+                    status["conditions"] =
+                        json!(QueueUnitPhase::waiting_conditions(reason, message, &now()));
+                }
+                self.patch_unit_status(unit, status).await
             }
             Write::Release {
                 unit,
@@ -183,11 +190,15 @@ impl Writer {
             Write::RecreateUnit { unit, job } => self.recreate_unit(unit, job).await,
             Write::Visibility {
                 unit,
-                position,
+                reason,
                 message,
             } => {
-                self.patch_unit_status(unit, json!({ "position": position, "message": message }))
-                    .await
+                let conditions = QueueUnitPhase::waiting_conditions(reason, message, &now());
+                self.patch_unit_status(
+                    unit,
+                    json!({ "position": null, "message": message, "conditions": conditions }),
+                )
+                .await
             }
             Write::RemoveFinalizer { unit } => self.remove_quota_finalizer(unit).await,
             Write::DeleteUnit { unit } => {

@@ -273,7 +273,7 @@ mod tests {
             event("e1"),
             Write::Visibility {
                 unit: "ns/v".into(),
-                position: Some(1),
+                reason: "QuotaExceeded",
                 message: String::new(),
             },
             Write::Adopt {
@@ -365,6 +365,7 @@ mod tests {
             unit: unit.into(),
             job: job(),
             message: String::new(),
+            reason: None,
         };
         let withdrawn = Claim::default();
         let kept = Claim::default();

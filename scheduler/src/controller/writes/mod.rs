@@ -82,6 +82,9 @@ pub enum Write {
         job: JobRef,
         /// Status message.
         message: String,
+        /// Why it waits (a wait type), when the cycle said: written with
+        /// the phase, so a unit's first reason costs no write of its own.
+        reason: Option<&'static str>,
     },
     /// Release: unit status Dequeued with admissions, then lift the job's hold.
     Release {
@@ -158,13 +161,15 @@ pub enum Write {
         /// The job.
         job: JobRef,
     },
-    /// Publish a waiting unit's place and reason.
+    /// Publish why a waiting unit waits, when that changed: its wait type
+    /// (the QuotaReserved condition's reason) and sentence. Its place is
+    /// not written (the visibility API answers it).
     Visibility {
         /// The unit.
         unit: Key,
-        /// Position in its queue.
-        position: Option<i64>,
-        /// Reason.
+        /// The wait type.
+        reason: &'static str,
+        /// The sentence.
         message: String,
     },
     /// Delete a unit (its job is gone, or it is an orphan).

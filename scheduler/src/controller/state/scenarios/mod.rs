@@ -504,5 +504,6 @@ fn waiting_unit(s: &mut Scenario, name: &str, job: &str, cpu: &str) {
 
 mod faults;
 mod given;
+mod pending;
 mod preemption;
 mod quota_held;

@@ -9,7 +9,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use super::found_reserved;
 use crate::controller::records::{Key, key};
 use crate::controller::state::UnitState;
-use crate::controller::state::visibility::{VisibilityGate, scan_positions};
+use crate::controller::state::visibility::{VisibilityGate, scan_reasons};
 use crate::core::{Core, QueueDef, QuotaDef, UnitDef};
 
 /// A core with one queue `q` (quota `q`, 4 cpu of capacity) and ten
@@ -46,27 +46,48 @@ fn waiting_units() -> (Core, HashMap<Key, Box<UnitState>>) {
 }
 
 #[test]
-fn a_visibility_pass_writes_what_changed_and_nothing_when_unchanged() {
-    let (core, mut units) = waiting_units();
+fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_move() {
+    let (mut core, mut units) = waiting_units();
     let interval = Duration::from_secs(2);
     let now = Instant::now();
-    let first = scan_positions(&core, &units, now, interval, 200);
+    let first = scan_reasons(&core, &units, now, interval, 200);
     assert!(first.complete);
-    assert_eq!((first.rendered, first.writes.len()), (8, 8));
-    let (k, position, message) = &first.writes[0];
+    assert_eq!(first.writes.len(), 8);
+    let (k, reason, message) = &first.writes[0];
     assert_eq!(&**k, "ns/u2");
-    assert_eq!(*position, Some(1));
-    assert!(message.starts_with("position 1 in queue q: "), "{message}");
-    // The writes land (as their watch events or results would record).
-    for (k, position, message) in first.writes {
+    assert_eq!(*reason, "QuotaExceeded");
+    assert!(message.starts_with("quota q: cpu"), "{message}");
+    assert!(!message.contains("position"), "{message}");
+    // The writes land (as their watch events would record).
+    for (k, reason, message) in first.writes {
         let st = units.get_mut(&k).expect("a waiting unit");
-        st.rec.position = position;
+        st.rec.wait_reason = Some(reason.into());
         st.rec.message = Some(message);
     }
-    let again = scan_positions(&core, &units, now + interval, interval, 200);
+    let again = scan_reasons(&core, &units, now + interval, interval, 200);
     assert!(again.complete && again.writes.is_empty());
 
-    // Nothing changed since that complete pass: the next pass does not
+    // Units ahead leave: every place moves, no reason changes, nothing
+    // is written.
+    for name in ["u0", "u1"] {
+        core.remove_unit(&format!("ns/{name}"));
+    }
+    core.remove_unit("ns/u2");
+    units.remove("ns/u2");
+    let out = core.run_cycle();
+    for d in &out.decisions {
+        units.remove(&d.unit);
+    }
+    let moved = scan_reasons(&core, &units, now + interval * 2, interval, 200);
+    assert!(moved.writes.is_empty(), "{:?}", moved.writes);
+
+    // A position written by an older version is cleared once.
+    let stale = units.values_mut().next().expect("a waiting unit");
+    stale.rec.position = Some(7);
+    let cleared = scan_reasons(&core, &units, now + interval * 3, interval, 200);
+    assert_eq!(cleared.writes.len(), 1);
+
+    // Nothing changed since a complete pass: the next pass does not
     // run at all, so it renders and writes nothing.
     let mut gate = VisibilityGate::default();
     assert!(gate.due(), "the first pass runs");
@@ -84,21 +105,21 @@ fn a_deferred_or_cut_short_visibility_pass_is_run_again() {
     let interval = Duration::from_secs(2);
     let now = Instant::now();
     // Over budget: the rest is for the next pass.
-    let cut = scan_positions(&core, &units, now, interval, 3);
+    let cut = scan_reasons(&core, &units, now, interval, 3);
     assert_eq!(cut.writes.len(), 3);
     assert!(!cut.complete);
     // A unit published within the status interval is deferred.
     for st in units.values_mut() {
         st.last_published = Some(now);
     }
-    let deferred = scan_positions(&core, &units, now, interval, 200);
+    let deferred = scan_reasons(&core, &units, now, interval, 200);
     assert!(deferred.writes.is_empty());
     assert!(!deferred.complete);
     let mut gate = VisibilityGate::default();
     gate.passed(deferred.complete);
     assert!(gate.due(), "an incomplete pass leaves the gate open");
     // Once the interval is over the deferred units are written.
-    let later = scan_positions(&core, &units, now + interval, interval, 200);
+    let later = scan_reasons(&core, &units, now + interval, interval, 200);
     assert!(later.complete);
     assert_eq!(later.writes.len(), 8);
 }

@@ -1,0 +1,337 @@
+//! The visibility API's answers (architecture §4.8), read from the state the
+//! controller decides on, between two inputs: a namespace's waiting units, a
+//! Queue's backlog in the order the cycle serves it, the quotas' usage.
+//!
+//! A unit in line is read from the core (its place, its reason); a unit out
+//! of line — sent back until its backoff ends, its admission checks pending,
+//! not adopted yet — from its record, after those in line.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use koord_queue_api::Resources;
+use koord_queue_api::keys::ROOT_QUOTA_NAME;
+use koord_queue_api::queue_unit::QueueUnitPhase;
+use koord_queue_core::WaitReason;
+use koord_queue_core::amounts::format_amount;
+use koord_queue_visibility::{
+    Answer, Ask, ItemMeta, JobOf, Page, PendingUnit, Query, QuotaUsage, WaitReasonView, WaitType,
+};
+
+use super::{Controller, UnitState, queue_of};
+use crate::controller::clock::wall_time;
+use crate::wait_view;
+
+/// Quantities by resource, as the API writes them.
+fn amounts(r: &Resources) -> BTreeMap<String, String> {
+    r.iter()
+        .map(|(k, v)| (k.to_string(), format_amount(k, v)))
+        .collect()
+}
+
+fn rfc3339(ms: i64) -> String {
+    wall_time(ms).to_string()
+}
+
+/// Whether a unit waits: not released, not finished, not being deleted.
+fn waits(st: &UnitState) -> bool {
+    !st.rec.deleting
+        && st
+            .rec
+            .phase
+            .is_none_or(|p| !p.is_released() && !p.is_finished())
+}
+
+impl Controller {
+    /// Answers a visibility query (a dropped asker is fine).
+    pub fn answer(&self, query: Query) {
+        let Query { ask, page, reply } = query;
+        let answer = match ask {
+            Ask::Namespace(namespace) => self.pending_units(namespace.as_deref(), page),
+            Ask::Queue(name) => self.queue_backlog(&name, page),
+            Ask::Quotas(namespace) => Answer::Quotas(self.quota_usage(namespace.as_deref())),
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// The waiting units of `namespace` (every namespace's with `None`): by
+    /// queue in serving order, in line by position, then those out of line.
+    fn pending_units(&self, namespace: Option<&str>, page: Page) -> Answer {
+        let prefix = namespace.map(|ns| format!("{ns}/"));
+        let mine = |key: &str| prefix.as_deref().is_none_or(|p| key.starts_with(p));
+        let mut in_line = Vec::new();
+        for queue in self.core.queues() {
+            for w in self.core.queue_waiting(queue.name) {
+                if mine(w.key) {
+                    in_line.push((w.key, w.position, w.reason));
+                }
+            }
+        }
+        let out_of_line =
+            self.out_of_line(|st| namespace.is_none_or(|ns| &*st.rec.namespace == ns));
+        self.page_of(in_line, out_of_line, page)
+    }
+
+    /// Queue `name`'s backlog: in line by position, then out of line.
+    fn queue_backlog(&self, name: &str, page: Page) -> Answer {
+        if self.core.queue_counts(name).is_none()
+            && !self.queues.contains_key(name)
+            && !self.quotas.contains_key(name)
+        {
+            return Answer::NoSuchQueue;
+        }
+        let in_line: Vec<_> = self
+            .core
+            .queue_waiting(name)
+            .map(|w| (w.key, w.position, w.reason))
+            .collect();
+        let out_of_line = self.out_of_line(|st| queue_of(&st.rec) == name);
+        self.page_of(in_line, out_of_line, page)
+    }
+
+    /// The waiting units that are not in line, oldest first.
+    fn out_of_line(&self, select: impl Fn(&UnitState) -> bool) -> Vec<&UnitState> {
+        let mut out: Vec<&UnitState> = self
+            .units
+            .values()
+            .map(|b| &**b)
+            .filter(|st| waits(st) && !self.core_waits(st) && select(st))
+            .collect();
+        out.sort_by(|a, b| {
+            (a.rec.created_ms, &a.rec.namespace, &a.rec.name).cmp(&(
+                b.rec.created_ms,
+                &b.rec.namespace,
+                &b.rec.name,
+            ))
+        });
+        out
+    }
+
+    /// Whether the core has the unit in line.
+    fn core_waits(&self, st: &UnitState) -> bool {
+        matches!(
+            self.core.unit_status(&st.rec.key()),
+            Some(koord_queue_core::UnitStatus::Waiting { .. })
+        )
+    }
+
+    /// The page of the in-line units followed by the out-of-line ones.
+    fn page_of(
+        &self,
+        in_line: Vec<(&str, usize, Option<&WaitReason>)>,
+        out_of_line: Vec<&UnitState>,
+        page: Page,
+    ) -> Answer {
+        let total = in_line.len() + out_of_line.len();
+        let start = page.offset.min(total);
+        let end = page
+            .limit
+            .map_or(total, |l| start.saturating_add(l).min(total));
+        let mut items = Vec::with_capacity(end - start);
+        for i in start..end {
+            let item = match i.checked_sub(in_line.len()) {
+                None => {
+                    let (key, position, reason) = in_line[i];
+                    self.units
+                        .get(key)
+                        .map(|st| self.in_line(st, position, reason))
+                }
+                Some(j) => out_of_line.get(j).map(|st| self.out_of_line_item(st)),
+            };
+            items.extend(item);
+        }
+        Answer::Units {
+            items,
+            remaining: total - end,
+        }
+    }
+
+    fn in_line(&self, st: &UnitState, position: usize, reason: Option<&WaitReason>) -> PendingUnit {
+        let published = st.rec.wait_reason.as_deref().and_then(WaitType::parse);
+        let reason = match (reason, published) {
+            (Some(r), _) => wait_view::view(r),
+            // A standby runs no cycle: it gives the reason the leader
+            // published in the unit's status.
+            (None, Some(kind)) => {
+                wait_view::outside_the_core(kind, st.rec.message.clone().unwrap_or_default(), None)
+            }
+            (None, None) => wait_view::outside_the_core(
+                WaitType::NotYetSeen,
+                "in line; no cycle has looked at it yet".into(),
+                None,
+            ),
+        };
+        let mut item = self.item(st, reason);
+        item.position = u64::try_from(position).ok();
+        item
+    }
+
+    fn out_of_line_item(&self, st: &UnitState) -> PendingUnit {
+        let rec = &st.rec;
+        let message = rec.message.clone().unwrap_or_default();
+        let reason = match rec.phase {
+            Some(QueueUnitPhase::TimeoutBackoff | QueueUnitPhase::SchedFailed) => {
+                wait_view::outside_the_core(
+                    WaitType::Backoff,
+                    message,
+                    rec.requeue_at_ms.map(rfc3339),
+                )
+            }
+            Some(QueueUnitPhase::Reserved) => {
+                let pending: Vec<&str> = rec
+                    .checks
+                    .iter()
+                    .filter(|c| c.state != koord_queue_api::queue_unit::CheckState::Ready)
+                    .map(|c| c.name.as_str())
+                    .collect();
+                wait_view::outside_the_core(
+                    WaitType::AdmissionChecks,
+                    format!(
+                        "quota reserved; waiting for admission checks: {}",
+                        pending.join(", ")
+                    ),
+                    None,
+                )
+            }
+            _ => wait_view::outside_the_core(
+                WaitType::NotYetSeen,
+                if rec.invalid.is_some() || !message.is_empty() {
+                    rec.invalid.clone().unwrap_or(message)
+                } else {
+                    "not adopted yet: its job has not been seen naming it".into()
+                },
+                None,
+            ),
+        };
+        self.item(st, reason)
+    }
+
+    fn item(&self, st: &UnitState, reason: WaitReasonView) -> PendingUnit {
+        let rec = &st.rec;
+        let job = self.jobs.get(&rec.job_key()).map(|j| JobOf {
+            api_version: j.adapter.kind().api_version(),
+            kind: j.adapter.kind().kind.to_string(),
+            name: j.name.clone(),
+        });
+        PendingUnit {
+            metadata: ItemMeta {
+                name: rec.name.clone(),
+                namespace: Some(rec.namespace.to_string()),
+                creation_timestamp: Some(rfc3339(rec.created_ms)),
+            },
+            job,
+            queue: queue_of(rec).to_string(),
+            quota: rec.quota.as_deref().map(str::to_string),
+            position: None,
+            priority: rec.priority,
+            requests: amounts(&rec.request),
+            reason,
+            waiting_since: Some(rfc3339(rec.created_ms)),
+        }
+    }
+
+    /// The quotas serving `namespace` (its own, and those its units are
+    /// charged to) with their ancestors, or every quota; parents first.
+    fn quota_usage(&self, namespace: Option<&str>) -> Vec<QuotaUsage> {
+        let mut names: BTreeSet<&str> = match namespace {
+            None => self.quotas.keys().map(String::as_str).collect(),
+            Some(ns) => self
+                .quotas
+                .values()
+                .filter(|q| q.namespace == ns)
+                .map(|q| q.name.as_str())
+                .chain(
+                    self.units
+                        .values()
+                        .filter(|st| &*st.rec.namespace == ns)
+                        .filter_map(|st| st.rec.quota.as_deref()),
+                )
+                .filter(|n| self.quotas.contains_key(*n))
+                .collect(),
+        };
+        // Ancestors, so a tenant sees which parent's max stops it.
+        let mut todo: Vec<&str> = names.iter().copied().collect();
+        while let Some(n) = todo.pop() {
+            if let Some(parent) = self.quotas.get(n).map(|q| q.parent.as_str())
+                && self.quotas.contains_key(parent)
+                && names.insert(parent)
+            {
+                todo.push(parent);
+            }
+        }
+        let mut ordered: Vec<(usize, &str)> = names
+            .into_iter()
+            .map(|n| (self.quota_depth(n), n))
+            .collect();
+        ordered.sort();
+        let counts: HashMap<&str, _> = self.core.queues().map(|q| (q.name, q.counts)).collect();
+        ordered
+            .into_iter()
+            .filter_map(|(_, name)| {
+                let q = self.quotas.get(name)?;
+                let figures = self.core.quota_figures(name);
+                let (min, effective_min, max, used) = match &figures {
+                    Some(f) => (&f.min, &f.min_effective, &f.max, &f.used),
+                    None => (&q.min, &q.min, &q.max, &q.min),
+                };
+                let zero = Resources::new();
+                let used = if figures.is_some() { used } else { &zero };
+                let (mut borrowed, mut lent) = (Resources::new(), Resources::new());
+                for (resource, _) in used.iter().chain(effective_min.iter()) {
+                    let over = used.get(resource) - effective_min.get(resource);
+                    if over > 0 {
+                        borrowed.set(resource, over);
+                    } else if over < 0 {
+                        lent.set(resource, -over);
+                    }
+                }
+                let parent_quota = self.quotas.get(&q.parent).map(|p| p.name.clone());
+                let fair_parent = self.quotas.get(&q.parent).is_some_and(|p| p.fair_sharing);
+                let c = counts.get(name).copied().unwrap_or_default();
+                Some(QuotaUsage {
+                    metadata: ItemMeta {
+                        name: name.to_string(),
+                        namespace: Some(q.namespace.clone()),
+                        creation_timestamp: None,
+                    },
+                    parent: parent_quota
+                        .filter(|p| p != ROOT_QUOTA_NAME || self.quotas.contains_key(p)),
+                    is_parent: q.is_parent,
+                    min: amounts(min),
+                    effective_min: amounts(effective_min),
+                    max: amounts(max),
+                    used: amounts(used),
+                    borrowed: amounts(&borrowed),
+                    lent: amounts(&lent),
+                    fair_share_weight: fair_parent.then(|| milli_text(q.weight_milli)),
+                    pending: c.pending as u64,
+                    admitted: c.admitted as u64,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Controller {
+    /// How many quotas are on the path from quota `name` up to the root.
+    fn quota_depth(&self, name: &str) -> usize {
+        let mut depth = 0usize;
+        let mut at = name;
+        while let Some(q) = self.quotas.get(at) {
+            if depth > self.quotas.len() {
+                break; // a cycle of parents: the core refuses it anyway
+            }
+            depth += 1;
+            at = &q.parent;
+        }
+        depth
+    }
+}
+
+/// A weight in thousandths as written in the annotation (`1`, `2.5`).
+fn milli_text(milli: i64) -> String {
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{}", milli as f64 / 1000.0)
+    }
+}

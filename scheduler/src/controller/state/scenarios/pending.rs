@@ -1,0 +1,150 @@
+//! The visibility API's answers (`state/pending.rs`), read from the whole
+//! controller: a namespace's waiting units and a Queue's backlog in serving
+//! order with their places and reasons, a unit sent back after those in
+//! line, paging, a missing Queue, and the quotas' usage.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use koord_queue_api::jobs::watched::WatchedJob;
+use koord_queue_api::{QueueUnit, keys};
+use koord_queue_visibility::{Answer, Ask, Page, PendingUnit, Query, QuotaUsage, WaitType};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::Scenario;
+use crate::controller::records::{JobRecord, UnitRecord};
+use crate::controller::sources::{Change, Input};
+
+/// Unit `name` (2 cpu, quota `q`) of held job `name`, created `second`
+/// seconds into 2026, with `status`.
+fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
+    s.rv += 1;
+    let created = format!("2026-01-01T00:00:{second:02}Z");
+    let unit: QueueUnit = serde_json::from_value(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+        "metadata": { "name": name, "namespace": "ns", "resourceVersion": s.rv.to_string(),
+                      "creationTimestamp": created,
+                      "labels": { keys::QUOTA_NAME_LABEL: "q" },
+                      "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job",
+                                            "name": name, "uid": format!("uid-{name}") }] },
+        "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": "ns" },
+                  "queue": "q", "resource": { "cpu": "2" }, "priority": 0 },
+        "status": status,
+    }))
+    .unwrap();
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                      "creationTimestamp": created,
+                      "annotations": { keys::QUEUE_UNIT_ANNOTATION: name } },
+        "spec": { "suspend": true },
+    });
+    let adapter = koord_queue_api::jobs::for_kind("batch", "Job").unwrap();
+    let record = JobRecord::from_object(adapter, WatchedJob::from_value(&job).unwrap()).unwrap();
+    // The job first, as the webhook creates it before its unit.
+    s.input(Input::Job("Job", Change::Applied(Box::new(record))));
+    s.input(Input::Unit(Change::Applied(Box::new(
+        UnitRecord::from_unit(unit),
+    ))));
+}
+
+fn ask(s: &Scenario, ask: Ask, page: Page) -> Answer {
+    let (reply, answer) = oneshot::channel();
+    s.controller.answer(Query { ask, page, reply });
+    answer.blocking_recv().unwrap()
+}
+
+fn units(answer: Answer) -> (Vec<PendingUnit>, usize) {
+    match answer {
+        Answer::Units { items, remaining } => (items, remaining),
+        other => panic!("not units: {other:?}"),
+    }
+}
+
+fn names(items: &[PendingUnit]) -> Vec<&str> {
+    items.iter().map(|u| u.metadata.name.as_str()).collect()
+}
+
+/// Quota `q` (4 cpu) with four 2-cpu units: two released by the cycle, two
+/// in line; a fifth sent back until 02:00, an hour after the scenario's start.
+fn four_and_one_sent_back() -> Scenario {
+    let mut s = Scenario::new(json!({}));
+    for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        queued(&mut s, name, i as u32, json!({ "phase": "Enqueued" }));
+    }
+    queued(
+        &mut s,
+        "e",
+        9,
+        json!({ "phase": "TimeoutBackoff", "message": "preempted by ns/x",
+                "requeueState": { "count": 1, "requeueAt": "2026-01-01T02:00:00Z" } }),
+    );
+    s.cycle();
+    assert_eq!(
+        super::summary(&s.take()),
+        ["Release Dequeued", "Release Dequeued"]
+    );
+    s
+}
+
+#[test]
+fn a_namespace_lists_its_units_in_line_by_place_then_those_sent_back() {
+    let s = four_and_one_sent_back();
+    let (items, remaining) = units(ask(&s, Ask::Namespace(Some("ns".into())), Page::default()));
+    assert_eq!(names(&items), ["c", "d", "e"]);
+    assert_eq!(remaining, 0);
+    assert_eq!(
+        items.iter().map(|u| u.position).collect::<Vec<_>>(),
+        [Some(1), Some(2), None]
+    );
+    let c = &items[0];
+    assert_eq!(c.queue, "q");
+    assert_eq!(c.reason.kind, WaitType::QuotaExceeded);
+    assert_eq!(c.reason.quota.as_deref(), Some("q"));
+    assert_eq!(c.reason.resource.as_deref(), Some("cpu"));
+    assert_eq!(c.reason.short_by.as_deref(), Some("2"));
+    assert_eq!(c.requests["cpu"], "2");
+    assert_eq!(c.job.as_ref().unwrap().kind, "Job");
+    let e = &items[2];
+    assert_eq!(e.reason.kind, WaitType::Backoff);
+    assert_eq!(e.reason.until.as_deref(), Some("2026-01-01T02:00:00Z"));
+    assert_eq!(e.reason.message, "preempted by ns/x");
+    // Another namespace has nothing.
+    let (none, _) = units(ask(
+        &s,
+        Ask::Namespace(Some("other".into())),
+        Page::default(),
+    ));
+    assert!(none.is_empty());
+}
+
+#[test]
+fn a_queue_backlog_pages_and_a_missing_queue_says_so() {
+    let s = four_and_one_sent_back();
+    let page = Page {
+        offset: 1,
+        limit: Some(1),
+    };
+    let (items, remaining) = units(ask(&s, Ask::Queue("q".into()), page));
+    assert_eq!(names(&items), ["d"]);
+    assert_eq!(items[0].position, Some(2));
+    assert_eq!(remaining, 1, "the unit sent back follows");
+    assert_eq!(
+        ask(&s, Ask::Queue("nope".into()), Page::default()),
+        Answer::NoSuchQueue
+    );
+}
+
+#[test]
+fn the_quotas_of_a_namespace_show_what_they_hold_and_what_waits() {
+    let s = four_and_one_sent_back();
+    let Answer::Quotas(quotas) = ask(&s, Ask::Quotas(Some("ns".into())), Page::default()) else {
+        panic!("not quotas");
+    };
+    let q: &QuotaUsage = quotas.iter().find(|q| q.metadata.name == "q").unwrap();
+    assert_eq!(q.used["cpu"], "4");
+    assert_eq!(q.max["cpu"], "4");
+    assert_eq!(q.borrowed["cpu"], "4", "no min: all it uses is borrowed");
+    assert_eq!(q.pending, 2);
+    assert_eq!(q.admitted, 2);
+    assert!(q.parent.is_none());
+}

@@ -1,0 +1,129 @@
+//! The visibility API on a local control plane, as `make run` and the suites
+//! register it: a serving certificate for the Service's name (signed by the
+//! cluster CA), an ExternalName Service pointing the aggregation layer at
+//! the scheduler's local port (`https://localhost:<port>`), and the
+//! APIService with that CA as its bundle.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use koord_queue_api::keys;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::ControlPlane;
+
+/// The Service the APIService names (as the chart's, without the release prefix).
+pub const SERVICE: &str = "koord-queue-visibility";
+/// The APIService.
+pub const API_SERVICE: &str = "v1alpha1.visibility.koord-queue.io";
+
+/// Writes a serving certificate for the Service (and 127.0.0.1, for direct
+/// calls) into a directory of the control plane; returns the directory.
+pub fn serving_dir(cp: &ControlPlane) -> Result<PathBuf> {
+    let dir = cp.dir().join("visibility-tls");
+    std::fs::create_dir_all(&dir)?;
+    let mut names = koord_queue_certs::ServingNames::for_service(SERVICE, keys::SYSTEM_NAMESPACE);
+    names.ips.push([127, 0, 0, 1].into());
+    let cert = cp
+        .pki()
+        .ca
+        .issue_serving(SERVICE, &names, Duration::from_secs(24 * 3600))?;
+    koord_queue_certs::write_pem_pair(&dir, &cert.cert_pem, &cert.key_pem)?;
+    Ok(dir)
+}
+
+/// `args` serving the visibility API on a free local port.
+pub fn with_visibility(
+    mut args: koord_queue_scheduler::Args,
+    cp: &ControlPlane,
+) -> Result<koord_queue_scheduler::Args> {
+    args.visibility_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    args.visibility_cert_dir = Some(serving_dir(cp)?);
+    Ok(args)
+}
+
+/// Registers the API served at `port` and waits until the aggregation layer
+/// reports it available.
+pub async fn register(cp: &ControlPlane, port: u16) -> Result<()> {
+    let admin = cp.client().await?;
+    let apply = PatchParams::apply("koord-queue-tests").force();
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": keys::SYSTEM_NAMESPACE },
+    }))?;
+    Api::<Namespace>::all(admin.clone())
+        .patch(keys::SYSTEM_NAMESPACE, &apply, &Patch::Apply(&ns))
+        .await?;
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": SERVICE, "namespace": keys::SYSTEM_NAMESPACE },
+        "spec": { "type": "ExternalName", "externalName": "localhost",
+                  "ports": [{ "name": "https", "port": port, "protocol": "TCP" }] },
+    }))?;
+    Api::<Service>::namespaced(admin.clone(), keys::SYSTEM_NAMESPACE)
+        .patch(SERVICE, &apply, &Patch::Apply(&service))
+        .await?;
+    use base64::Engine as _;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(cp.pki().ca.cert_pem());
+    let api_service: APIService = serde_json::from_value(json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": { "name": API_SERVICE },
+        "spec": { "group": "visibility.koord-queue.io", "version": "v1alpha1",
+                  "service": { "name": SERVICE, "namespace": keys::SYSTEM_NAMESPACE, "port": port },
+                  "caBundle": bundle, "groupPriorityMinimum": 1000, "versionPriority": 15 },
+    }))?;
+    let api = Api::<APIService>::all(admin);
+    api.patch(API_SERVICE, &apply, &Patch::Apply(&api_service))
+        .await?;
+    crate::fixtures::eventually(Duration::from_secs(60), || async {
+        let s = api.get(API_SERVICE).await?;
+        Ok(s.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True"))
+    })
+    .await
+    .context("the APIService did not become available")
+}
+
+/// GETs `path` of the visibility API through the API server as `client`
+/// (its identity, its rights); the status code and the body.
+pub async fn get(client: &kube::Client, path: &str) -> Result<(u16, serde_json::Value)> {
+    let request = http::Request::get(path).body(Vec::new())?;
+    match client.request::<serde_json::Value>(request).await {
+        Ok(body) => Ok((200, body)),
+        Err(kube::Error::Api(status)) => Ok((status.code, serde_json::to_value(&status)?)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The path of a namespace's pending units.
+pub fn namespace_path(namespace: &str) -> String {
+    format!("/apis/visibility.koord-queue.io/v1alpha1/namespaces/{namespace}/pendingunits")
+}
+
+/// The path of a Queue's backlog.
+pub fn queue_path(queue: &str) -> String {
+    format!(
+        "/apis/visibility.koord-queue.io/v1alpha1/namespaces/{}/queues/{queue}/pendingunits",
+        keys::SYSTEM_NAMESPACE
+    )
+}
+
+/// The names of a list's items, in order.
+pub fn names(list: &serde_json::Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}

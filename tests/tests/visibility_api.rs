@@ -1,0 +1,265 @@
+//! The visibility API through the real aggregation layer (issue 39): the
+//! control plane's kube-apiserver authenticates each user and proxies to the
+//! scheduler, which authorizes each request with a SubjectAccessReview. A
+//! tenant (a ServiceAccount token bound to the built-in `view` role, which
+//! the chart's aggregated ClusterRole extends) sees its namespace's waiting
+//! units in serving order and nothing else; an administrator sees a Queue's
+//! backlog; paging, discovery and `kubectl get` work; the answers follow
+//! releases and completions. A standby and a leader change:
+//! `visibility_failover.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running};
+use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
+use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
+use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, tools, webhook};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// The leader, serving the API the APIService points at.
+static LEADER: OnceCell<scheduler::SchedulerReplica> = OnceCell::const_new();
+
+async fn setup() -> &'static ControlPlane {
+    let cp = shared::tier2().await.unwrap();
+    LEADER
+        .get_or_init(|| async {
+            install_reader_role(cp).await;
+            webhook::start_and_register(cp).await.unwrap();
+            let args =
+                visibility::with_visibility(scheduler::test_args("visibility-scheduler"), cp)
+                    .unwrap();
+            let leader = scheduler::start_leader(cp, args).await.unwrap();
+            let port = leader.visibility_addr.expect("served").port();
+            visibility::register(cp, port).await.unwrap();
+            leader
+        })
+        .await;
+    cp
+}
+
+/// The chart's ClusterRoles of the API, as `helm template` renders them
+/// (the aggregated reader among them).
+async fn install_reader_role(cp: &ControlPlane) {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/koord-queue");
+    let out = std::process::Command::new(tools::path(tools::Tool::Helm).unwrap())
+        .args(["template", "koord-queue", chart, "-n", "koord-queue"])
+        .args(["--show-only", "templates/visibility.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = cp.client().await.unwrap();
+    let roles = Api::<ClusterRole>::all(client);
+    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
+        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if value["kind"] == "ClusterRole" {
+            let role: ClusterRole = serde_json::from_value(value).unwrap();
+            let name = role.metadata.name.clone().unwrap();
+            roles
+                .patch(
+                    &name,
+                    &PatchParams::apply("koord-queue-tests").force(),
+                    &Patch::Apply(&role),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Binds the tenant of `namespace` to the built-in `view` ClusterRole there,
+/// as a platform team's namespace setup does.
+async fn bind_view(cp: &ControlPlane, namespace: &str) {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "tenant-view" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view" },
+        "subjects": [{ "kind": "ServiceAccount", "name": koord_queue_tests::tenant::TENANT,
+                       "namespace": namespace }],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(cp.client().await.unwrap(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// The unit names of jobs `jobs` of `namespace`, in that order.
+async fn units_of(client: &kube::Client, namespace: &str, jobs: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for job in jobs {
+        let unit = e2e::unit_of_job(client, namespace, job).await.unwrap();
+        out.push(unit.expect("a unit").metadata.name.unwrap());
+    }
+    out
+}
+
+/// A tenant's namespace with a 1-CPU quota and four 1-CPU jobs created one
+/// after the other: the first runs for `first_runs`, the others wait.
+async fn four_jobs(
+    cp: &ControlPlane,
+    first_runs: &str,
+) -> (String, String, kube::Client, Vec<String>) {
+    let (quota, ns, tenant) = e2e::tenant_with_quota(cp, "vis", "1").await.unwrap();
+    bind_view(cp, &ns).await;
+    let admin = cp.client().await.unwrap();
+    let jobs = ["j1", "j2", "j3", "j4"];
+    for job in jobs {
+        let run_for = if job == "j1" { first_runs } else { "1h" };
+        kubectl_create_job(cp, &ns, &job_yaml(job, &quota, "1", run_for))
+            .await
+            .unwrap();
+        // Distinct creation seconds: the serving order is the creation order.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    for job in &jobs[1..] {
+        wait_phase(&admin, &ns, job, &[Enqueued], LONG)
+            .await
+            .unwrap();
+    }
+    let units = units_of(&admin, &ns, &jobs).await;
+    (quota, ns, tenant, units)
+}
+
+#[tokio::test]
+async fn a_tenant_sees_its_namespace_in_serving_order_and_nothing_else() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant, units) = four_jobs(cp, "8s").await;
+
+    // The tenant's namespace: the three waiting units, by position, with why.
+    let (code, list) = get(&tenant, &namespace_path(&ns)).await.unwrap();
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "PendingUnitList");
+    assert_eq!(names(&list), units[1..]);
+    let positions: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["position"])
+        .collect();
+    assert_eq!(positions, [&json!(1), &json!(2), &json!(3)]);
+    let reason = &list["items"][0]["reason"];
+    assert_eq!(reason["type"], "QuotaExceeded", "{reason}");
+    assert_eq!(reason["quota"], json!(quota));
+    assert_eq!(reason["resource"], "cpu");
+    assert_eq!(reason["shortBy"], "1");
+    assert_eq!(list["items"][0]["job"]["kind"], "Job");
+    assert_eq!(list["items"][0]["requests"]["cpu"], "1");
+
+    // Paging, as client-go pages: limit, then continue.
+    let (_, first) = get(&tenant, &format!("{}?limit=2", namespace_path(&ns)))
+        .await
+        .unwrap();
+    assert_eq!(names(&first), units[1..3]);
+    assert_eq!(first["metadata"]["remainingItemCount"], 1);
+    let next = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let (_, rest) = get(
+        &tenant,
+        &format!("{}?limit=2&continue={next}", namespace_path(&ns)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(names(&rest), units[3..]);
+
+    // Another namespace, a Queue's backlog: refused, the permission named.
+    let (other_quota, other, _) = e2e::tenant_with_quota(cp, "vis-other", "1").await.unwrap();
+    let (code, refusal) = get(&tenant, &namespace_path(&other)).await.unwrap();
+    assert_eq!(code, 403, "{refusal}");
+    assert!(refusal.to_string().contains("pendingunits"), "{refusal}");
+    let (code, _) = get(&tenant, &queue_path(&quota)).await.unwrap();
+    assert_eq!(code, 403);
+    let _ = other_quota;
+
+    // The administrator: the Queue's backlog in the same order.
+    let (code, backlog) = get(&admin, &queue_path(&quota)).await.unwrap();
+    assert_eq!(code, 200, "{backlog}");
+    assert_eq!(names(&backlog), units[1..]);
+    let (code, _) = get(&admin, &queue_path("no-such-queue")).await.unwrap();
+    assert_eq!(code, 404);
+
+    // The quota serving the namespace, its usage as the scheduler counts it.
+    let (code, quotas) = get(
+        &tenant,
+        &format!("/apis/visibility.koord-queue.io/v1alpha1/namespaces/{ns}/quotausages"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{quotas}");
+    let mine = quotas["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["metadata"]["name"] == json!(quota))
+        .expect("the namespace's quota");
+    assert_eq!(mine["used"]["cpu"], "1", "{mine}");
+    assert_eq!(mine["pending"], 3);
+
+    // The first job ends: the next is released, the others move up.
+    wait_phase(&admin, &ns, "j2", &[Running], LONG)
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || {
+        let tenant = tenant.clone();
+        let path = namespace_path(&ns);
+        let expected = units[2..].to_vec();
+        async move {
+            let (_, list) = get(&tenant, &path).await?;
+            Ok(names(&list) == expected && list["items"][0]["position"] == json!(1))
+        }
+    })
+    .await
+    .expect("the answers follow the release");
+}
+
+#[tokio::test]
+async fn discovery_and_kubectl_get_work_through_the_aggregation_layer() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let (code, resources) = get(&admin, "/apis/visibility.koord-queue.io/v1alpha1")
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{resources}");
+    let listed: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(
+        listed,
+        ["pendingunits", "queues/pendingunits", "quotausages"]
+    );
+
+    let (_, ns, _, units) = four_jobs(cp, "1h").await;
+    // kubectl finds the resource by discovery and prints the server's table.
+    let table = cp
+        .kubectl(&["get", "pendingunits", "-n", &ns])
+        .await
+        .unwrap();
+    assert!(
+        table.contains("POSITION") && table.contains("REASON"),
+        "{table}"
+    );
+    for unit in &units[1..] {
+        assert!(table.contains(unit.as_str()), "{table}");
+    }
+    assert!(table.contains("QuotaExceeded"), "{table}");
+    let wide = cp
+        .kubectl(&["get", "pendingunits", "-A", "-o", "wide"])
+        .await
+        .unwrap();
+    assert!(wide.contains(&ns), "{wide}");
+}
