@@ -100,7 +100,11 @@ pub struct Args {
 
     /// Directory of the visibility API's serving certificate (`tls.crt`,
     /// `tls.key`; re-read when they change). Required with `--visibility-addr`.
-    #[arg(long, env = "KQ_SCHEDULER_VISIBILITY_CERT_DIR", requires = "visibility_addr")]
+    #[arg(
+        long,
+        env = "KQ_SCHEDULER_VISIBILITY_CERT_DIR",
+        requires = "visibility_addr"
+    )]
     pub visibility_cert_dir: Option<PathBuf>,
 
     /// How long in-flight writes may take to finish after SIGTERM.

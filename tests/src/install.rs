@@ -96,6 +96,11 @@ pub struct LocalInstall {
     pub ca_pem: String,
     /// Whether the chart installs the CRDs (false when they are there already).
     pub install_crds: bool,
+    /// Serve the visibility API on this local port: the chart's Service
+    /// points the aggregation layer at `localhost:<port>` (ExternalName).
+    /// `None`: off — an APIService nobody serves would break the discovery
+    /// that namespace deletion and the garbage collector need.
+    pub visibility_port: Option<u16>,
 }
 
 impl LocalInstall {
@@ -112,6 +117,10 @@ impl LocalInstall {
             "webhook": { "replicas": 0, "url": self.webhook_url },
             "scheduler": { "replicas": 0 },
             "certs": { "mode": "provided", "provided": { "caBundle": self.ca_pem } },
+            "visibility": match self.visibility_port {
+                Some(port) => serde_json::json!({ "enable": true, "externalName": "localhost", "port": port }),
+                None => serde_json::json!({ "enable": false }),
+            },
         })
     }
 
@@ -351,7 +360,15 @@ impl ComponentSetup {
         .await?;
         let scheduler_flags = container_args(&client, ns, &install.component("scheduler")).await?;
         let identity = format!("{}-local-0", install.component("scheduler"));
-        let scheduler = scheduler_args(&scheduler_flags, &identity, &config)?;
+        let mut scheduler = scheduler_args(&scheduler_flags, &identity, &config)?;
+        if let (Some(_), Some(port)) = (scheduler.visibility_addr, install.visibility_port) {
+            // The chart's Service names the scheduler; it serves on the port
+            // the Service's ExternalName points at.
+            let tls = dir.join("visibility-tls");
+            crate::visibility::write_serving_cert(cp, &install.component("visibility"), ns, &tls)?;
+            scheduler.visibility_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+            scheduler.visibility_cert_dir = Some(tls);
+        }
 
         Ok(Self {
             webhook,

@@ -5,7 +5,7 @@
 //! APIService with that CA as its bundle.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -22,18 +22,30 @@ pub const SERVICE: &str = "koord-queue-visibility";
 /// The APIService.
 pub const API_SERVICE: &str = "v1alpha1.visibility.koord-queue.io";
 
-/// Writes a serving certificate for the Service (and 127.0.0.1, for direct
-/// calls) into a directory of the control plane; returns the directory.
-pub fn serving_dir(cp: &ControlPlane) -> Result<PathBuf> {
-    let dir = cp.dir().join("visibility-tls");
-    std::fs::create_dir_all(&dir)?;
-    let mut names = koord_queue_certs::ServingNames::for_service(SERVICE, keys::SYSTEM_NAMESPACE);
+/// Writes a serving certificate for Service `service` of `namespace` (and
+/// 127.0.0.1, for direct calls), signed by the cluster CA, into `dir`.
+pub fn write_serving_cert(
+    cp: &ControlPlane,
+    service: &str,
+    namespace: &str,
+    dir: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut names = koord_queue_certs::ServingNames::for_service(service, namespace);
     names.ips.push([127, 0, 0, 1].into());
     let cert = cp
         .pki()
         .ca
-        .issue_serving(SERVICE, &names, Duration::from_secs(24 * 3600))?;
-    koord_queue_certs::write_pem_pair(&dir, &cert.cert_pem, &cert.key_pem)?;
+        .issue_serving(service, &names, Duration::from_secs(24 * 3600))?;
+    koord_queue_certs::write_pem_pair(dir, &cert.cert_pem, &cert.key_pem)?;
+    Ok(())
+}
+
+/// [`write_serving_cert`] for [`SERVICE`] into a directory of the control
+/// plane; returns the directory.
+pub fn serving_dir(cp: &ControlPlane) -> Result<PathBuf> {
+    let dir = cp.dir().join("visibility-tls");
+    write_serving_cert(cp, SERVICE, keys::SYSTEM_NAMESPACE, &dir)?;
     Ok(dir)
 }
 

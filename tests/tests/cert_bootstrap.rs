@@ -160,6 +160,7 @@ async fn the_bootstrap_makes_a_working_webhook_and_rotations_keep_it_working() {
         namespace: NS.into(),
         secret: secret.clone(),
         webhook_configuration: Some(webhook_configuration.clone()),
+        api_service: None,
         names,
         common_name: format!("{FULLNAME}-webhook.{NS}.svc"),
         cert_validity: 365 * DAY,
@@ -331,6 +332,7 @@ async fn the_bootstrap_refuses_a_foreign_secret_and_bad_settings() {
         namespace: NS.into(),
         secret: name,
         webhook_configuration: None,
+        api_service: None,
         names: ServingNames::loopback(),
         common_name: "x".into(),
         cert_validity: 10 * DAY,
@@ -350,4 +352,72 @@ async fn the_bootstrap_refuses_a_foreign_secret_and_bad_settings() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("--renew-before"), "{error}");
+}
+
+/// With `--api-service`, the bootstrap keeps the visibility API's
+/// APIService trusting its CA: the caBundle is set, left alone while right,
+/// and repaired when someone changes it.
+#[tokio::test]
+async fn the_bootstrap_keeps_the_api_services_ca_bundle() {
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    let cp = shared::tier1().await.unwrap();
+    let admin = cp.client().await.unwrap();
+    let name = "v1alpha1.bootstrap-test.koord-queue.io";
+    let api_service: APIService = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": { "name": name },
+        "spec": { "group": "bootstrap-test.koord-queue.io", "version": "v1alpha1",
+                  "service": { "name": "nothing", "namespace": NS, "port": 443 },
+                  "groupPriorityMinimum": 1000, "versionPriority": 15 },
+    }))
+    .unwrap();
+    let apis = Api::<APIService>::all(admin.clone());
+    apis.create(&Default::default(), &api_service)
+        .await
+        .unwrap();
+    let config = BootstrapConfig {
+        namespace: NS.into(),
+        secret: fixtures::unique_name("visibility-tls"),
+        webhook_configuration: None,
+        api_service: Some(name.into()),
+        names: ServingNames::for_service("koord-queue-visibility", NS),
+        common_name: "koord-queue-visibility.koord-queue.svc".into(),
+        cert_validity: 10 * DAY,
+        renew_before: DAY,
+        ca_validity: 100 * DAY,
+        ca_renew_before: 10 * DAY,
+        out_dir: None,
+    };
+    let bundle_of = || async {
+        apis.get(name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .ca_bundle
+            .map(|b| String::from_utf8(b.0).unwrap())
+    };
+    let first = bootstrap::reconcile(&admin, &config, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    assert!(first.api_service_found && first.api_service_patched);
+    let (ca, _) = secret_data(&admin, &config.secret).await;
+    assert_eq!(bundle_of().await.as_deref(), Some(ca.as_str()));
+    let again = bootstrap::reconcile(&admin, &config, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    assert!(!again.api_service_patched, "nothing to do");
+    apis.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": { "caBundle": "Zm9v" } })),
+    )
+    .await
+    .unwrap();
+    let repaired = bootstrap::reconcile(&admin, &config, OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    assert!(repaired.api_service_patched);
+    assert_eq!(bundle_of().await.as_deref(), Some(ca.as_str()));
+    apis.delete(name, &Default::default()).await.unwrap();
 }

@@ -710,6 +710,27 @@ fn each_cert_mode_renders_its_certificate_objects() {
             "koord-queue-webhook.koord-queue.svc.cluster.local"
         ])
     );
+    // The visibility API's certificate from the same issuer, injected into
+    // its APIService.
+    let visibility = find(&docs, "Certificate", "koord-queue-visibility");
+    assert_eq!(
+        visibility["spec"]["secretName"],
+        "koord-queue-visibility-tls"
+    );
+    assert_eq!(visibility["spec"]["issuerRef"]["name"], "koord-queue-ca");
+    assert_eq!(
+        visibility["spec"]["dnsNames"][2],
+        "koord-queue-visibility.koord-queue.svc"
+    );
+    let api_service = find(&docs, "APIService", "v1alpha1.visibility.koord-queue.io");
+    assert_eq!(
+        api_service["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "koord-queue/koord-queue-visibility"
+    );
+    assert_eq!(
+        api_service["spec"]["service"]["name"],
+        "koord-queue-visibility"
+    );
     // …or a given issuer.
     let docs = render(&[
         "--set",
@@ -773,13 +794,43 @@ fn each_cert_mode_renders_its_certificate_objects() {
         role["rules"],
         json!([
             { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
-            { "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["koord-queue-webhook-tls"], "verbs": ["get", "update"] },
+            { "apiGroups": [""], "resources": ["secrets"],
+              "resourceNames": ["koord-queue-webhook-tls", "koord-queue-visibility-tls"], "verbs": ["get", "update"] },
         ])
     );
     assert_eq!(
         find(&docs, "ClusterRole", "koord-queue-certs")["rules"],
         json!([{ "apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
-                 "resourceNames": ["koord-queue-webhook"], "verbs": ["get", "patch"] }])
+                 "resourceNames": ["koord-queue-webhook"], "verbs": ["get", "patch"] },
+               { "apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"],
+                 "resourceNames": ["v1alpha1.visibility.koord-queue.io"], "verbs": ["get", "patch"] }])
+    );
+    // The visibility API's certificate: a second bootstrap, its own Secret,
+    // the APIService's caBundle.
+    let containers = bootstrap["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    let visibility = containers
+        .iter()
+        .find(|c| c["name"] == "bootstrap-visibility")
+        .expect("a bootstrap of the visibility certificate");
+    let args: Vec<&str> = visibility["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for want in [
+        "--secret=koord-queue-visibility-tls",
+        "--api-service=v1alpha1.visibility.koord-queue.io",
+        "--service=koord-queue-visibility",
+    ] {
+        assert!(args.contains(&want), "{want} in {args:?}");
+    }
+    let api_service = find(&docs, "APIService", "v1alpha1.visibility.koord-queue.io");
+    assert!(
+        api_service["spec"]["caBundle"].is_null(),
+        "patched by the bootstrap"
     );
 
     // provided: the user's Secret and CA bundle (PEM or base64).
@@ -807,6 +858,8 @@ fn each_cert_mode_renders_its_certificate_objects() {
             webhook["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
             "my-tls"
         );
+        let api_service = find(&docs, "APIService", "v1alpha1.visibility.koord-queue.io");
+        assert_eq!(api_service["spec"]["caBundle"], b64.as_str());
     }
     let error = render_error(&["--set", "certs.mode=provided"]);
     assert!(error.contains("/certs/provided/caBundle"), "{error}");
@@ -969,7 +1022,8 @@ fn neither_component_may_read_secrets_and_the_webhook_cannot_change_jobs() {
                 );
                 assert!(
                     verbs == ["create"]
-                        || rule["resourceNames"] == json!(["koord-queue-webhook-tls"]),
+                        || rule["resourceNames"]
+                            == json!(["koord-queue-webhook-tls", "koord-queue-visibility-tls"]),
                     "{name}: {rule}"
                 );
             }
@@ -1135,6 +1189,7 @@ async fn helm_install_creates_every_object_and_uninstall_removes_them() {
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "APIService",
     ] {
         assert!(k.contains(&want.to_string()), "{want} installed: {k:?}");
     }
@@ -1184,6 +1239,7 @@ async fn helm_install_creates_every_object_and_uninstall_removes_them() {
         webhook_url: "https://127.0.0.1:1/mutate".into(),
         ca_pem: cp.pki().ca.cert_pem().into(),
         install_crds: true,
+        visibility_port: None,
     };
     first.install(cp).await.unwrap();
     let docs = install_and_uninstall(
@@ -1274,6 +1330,10 @@ async fn the_certificate_bootstrap_identity_is_narrow() {
             "--create-namespace",
             "--set",
             "certs.mode=self-signed",
+            // One release per cluster serves the visibility API (its
+            // APIService is cluster-wide); the main install test has it.
+            "--set",
+            "visibility.enable=false",
             "--set",
             "crds.install=false",
             "--set",

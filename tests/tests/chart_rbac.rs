@@ -49,6 +49,7 @@ async fn setup() -> (&'static ControlPlane, &'static Deployed) {
                 .await
                 .unwrap();
             let port = process::free_port().unwrap();
+            let visibility_port = process::free_port().unwrap();
             let install = LocalInstall {
                 release: RELEASE.into(),
                 namespace: NS.into(),
@@ -56,6 +57,7 @@ async fn setup() -> (&'static ControlPlane, &'static Deployed) {
                 ca_pem: cp.pki().ca.cert_pem().into(),
                 // The shared control plane has them already.
                 install_crds: false,
+                visibility_port: Some(visibility_port),
             };
             install.install(cp).await.unwrap();
             let listen = SocketAddr::from(([127, 0, 0, 1], port));
@@ -428,4 +430,37 @@ async fn each_identity_cannot_do_what_it_does_not_need() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The scheduler, as the chart's ServiceAccount, serves the visibility API
+/// through the chart's APIService: the chart's RBAC lets it read the front
+/// proxy's CA (extension-apiserver-authentication) and ask
+/// SubjectAccessReviews (system:auth-delegator).
+#[tokio::test]
+async fn the_visibility_api_is_served_under_the_chart_identity() {
+    let (cp, _) = setup().await;
+    let client = cp.client().await.unwrap();
+    let api: Api<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService> =
+        Api::all(client.clone());
+    fixtures::eventually(LONG, || {
+        let api = api.clone();
+        async move {
+            let s = api.get(koord_queue_tests::visibility::API_SERVICE).await?;
+            Ok(s.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Available" && c.status == "True"))
+        }
+    })
+    .await
+    .expect("the chart's APIService becomes available");
+    let (code, list) = koord_queue_tests::visibility::get(
+        &client,
+        "/apis/visibility.koord-queue.io/v1alpha1/pendingunits",
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["kind"], "PendingUnitList");
 }

@@ -182,6 +182,23 @@ async fn make_run_serves_a_queued_job_and_stops_cleanly_on_sigterm() {
     )
     .await;
     assert_eq!(queue, "team-a", "the namespace's default queue");
+    // The visibility API is registered: kubectl finds it by discovery.
+    let usage = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "quotausages",
+            "-A",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+    )
+    .await;
+    assert!(
+        usage.contains("team-a") && usage.contains("team-b"),
+        "{usage}\n{}",
+        log()
+    );
 
     // SIGTERM: a clean stop, nothing left behind.
     let status = std::process::Command::new("kill")

@@ -102,6 +102,9 @@ struct BootstrapArgs {
     /// MutatingWebhookConfiguration whose webhooks get the CA bundle.
     #[arg(long, env = "KQ_CERTS_WEBHOOK_CONFIGURATION")]
     webhook_configuration: Option<String>,
+    /// APIService whose caBundle is kept (the visibility API's).
+    #[arg(long, env = "KQ_CERTS_API_SERVICE")]
+    api_service: Option<String>,
     /// Service whose in-cluster names the certificate covers
     /// (<svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local).
     #[arg(long, env = "KQ_CERTS_SERVICE")]
@@ -157,6 +160,7 @@ impl BootstrapArgs {
             namespace: self.namespace.clone(),
             secret: self.secret.clone(),
             webhook_configuration: self.webhook_configuration.clone(),
+            api_service: self.api_service.clone(),
             names,
             common_name,
             cert_validity: self.cert_validity,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use time::OffsetDateTime;
 
@@ -59,6 +60,8 @@ pub async fn reconcile(
         // Trust first: the bundle already holds any new CA.
         let (found_config, patched) =
             patch_ca_bundle(client, config, &plan.material.ca_bundle).await?;
+        let (api_service_found, api_service_patched) =
+            patch_api_service(client, config, &plan.material.ca_bundle).await?;
 
         if plan.change != Change::Unchanged {
             match write_secret(&secrets, config, current, &plan.material).await {
@@ -81,6 +84,8 @@ pub async fn reconcile(
             change: plan.change,
             patched_webhooks: patched,
             webhook_configuration_found: found_config,
+            api_service_found,
+            api_service_patched,
             cert_not_after: crate::inspect::not_after(&plan.material.cert)?,
             ca_not_after: crate::inspect::not_after(&first_ca)?,
         });
@@ -174,6 +179,42 @@ async fn patch_ca_bundle(
         .await
         .map_err(api_error(format!("patching the caBundle of {name}")))?;
     Ok((true, stale.len()))
+}
+
+/// Sets the APIService's `caBundle` to `bundle` if it differs. Returns
+/// whether it exists and whether it was patched.
+async fn patch_api_service(
+    client: &kube::Client,
+    config: &BootstrapConfig,
+    bundle: &str,
+) -> Result<(bool, bool), BootstrapError> {
+    let Some(name) = &config.api_service else {
+        return Ok((true, false));
+    };
+    let api: Api<APIService> = Api::all(client.clone());
+    let Some(current) = api
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("reading APIService {name}")))?
+    else {
+        return Ok((false, false));
+    };
+    let same = current
+        .spec
+        .and_then(|s| s.ca_bundle)
+        .is_some_and(|b| b.0 == bundle.as_bytes());
+    if same {
+        return Ok((true, false));
+    }
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bundle);
+    let patch = serde_json::json!({ "spec": { "caBundle": encoded } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api_error(format!(
+            "patching the caBundle of APIService {name}"
+        )))?;
+    Ok((true, true))
 }
 
 fn write_out_dir(dir: &Path, material: &Material) -> Result<(), BootstrapError> {

@@ -16,6 +16,9 @@ pub struct BootstrapConfig {
     pub secret: String,
     /// MutatingWebhookConfiguration whose webhooks get the CA bundle.
     pub webhook_configuration: Option<String>,
+    /// APIService (`v1alpha1.visibility.koord-queue.io`) that gets the CA
+    /// bundle: the aggregation layer verifies the serving certificate with it.
+    pub api_service: Option<String>,
     /// Names the serving certificate must cover.
     pub names: ServingNames,
     /// Common name of the serving certificate.

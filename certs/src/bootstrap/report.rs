@@ -14,6 +14,10 @@ pub struct Report {
     pub patched_webhooks: usize,
     /// `false` when the named webhook configuration does not exist (yet).
     pub webhook_configuration_found: bool,
+    /// `false` when the named APIService does not exist (yet).
+    pub api_service_found: bool,
+    /// Whether the APIService's caBundle was patched.
+    pub api_service_patched: bool,
     /// End of validity of the serving certificate kept.
     pub cert_not_after: OffsetDateTime,
     /// End of validity of the current CA.
@@ -39,6 +43,15 @@ pub fn log_report(config: &BootstrapConfig, report: &Report) {
             configuration = ?config.webhook_configuration,
             webhooks = report.patched_webhooks,
             "patched the caBundle"
+        );
+    }
+    if report.api_service_patched {
+        tracing::info!(api_service = ?config.api_service, "patched the caBundle");
+    }
+    if !report.api_service_found {
+        tracing::warn!(
+            api_service = ?config.api_service,
+            "the APIService does not exist (yet); its caBundle is set once it does"
         );
     }
     if !report.webhook_configuration_found {

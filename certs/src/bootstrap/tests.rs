@@ -18,6 +18,7 @@ fn config() -> BootstrapConfig {
         namespace: "koord-queue".into(),
         secret: "tls".into(),
         webhook_configuration: Some("kq".into()),
+        api_service: None,
         names: ServingNames::for_service("kq-webhook", "koord-queue"),
         common_name: "kq-webhook".into(),
         cert_validity: 365 * DAY,

@@ -205,3 +205,18 @@ podAntiAffinity:
 {{- $ca | trim }}
 {{- end }}
 {{- end }}
+
+{{/* The visibility API's Service, served by the scheduler pods. */}}
+{{- define "koord-queue.visibility.fullname" -}}
+{{- printf "%s-visibility" (include "koord-queue.fullname" .) }}
+{{- end }}
+
+{{/* The Secret with the visibility API's serving certificate. */}}
+{{- define "koord-queue.visibility.secretName" -}}
+{{- default (printf "%s-tls" (include "koord-queue.visibility.fullname" .)) .Values.visibility.secretName }}
+{{- end }}
+
+{{/* The APIService: <version>.<group>, as the aggregation layer requires. */}}
+{{- define "koord-queue.visibility.apiService" -}}
+v1alpha1.visibility.koord-queue.io
+{{- end }}

@@ -3,7 +3,8 @@
 //! Starts the tier 2 control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, kwok with fake nodes), installs
 //! the Helm chart into it (CRDs, RBAC, the webhook configuration for every
-//! job kind but LeaderWorkerSet (`install::ALL_KINDS`), flow control; its Deployments at 0 replicas since no
+//! job kind but LeaderWorkerSet (`install::ALL_KINDS`), flow control, the
+//! visibility API's APIService pointing at this process; its Deployments at 0 replicas since no
 //! image is built here), and runs the webhook and the scheduler in this
 //! process with the flags of the chart's Deployments and the identities of
 //! its ServiceAccounts (TokenRequest tokens, not admin). Creates a demo
@@ -149,12 +150,14 @@ async fn run() -> Result<()> {
 async fn bring_up(cp: &ControlPlane, out: &Path) -> Result<Components> {
     let client = cp.client().await?;
     let port = process::free_port()?;
+    let visibility_port = process::free_port()?;
     let install = LocalInstall {
         release: RELEASE.into(),
         namespace: keys::SYSTEM_NAMESPACE.into(),
         webhook_url: format!("https://127.0.0.1:{port}/mutate"),
         ca_pem: cp.pki().ca.cert_pem().into(),
         install_crds: true,
+        visibility_port: Some(visibility_port),
     };
     eprintln!("installing the chart (release {RELEASE})…");
     install.install(cp).await?;
@@ -273,6 +276,10 @@ fn print_banner(
     println!("  export KUBECONFIG={k}");
     println!("  kubectl -n {DEMO_NAMESPACE} create job hello --image=busybox -- echo hello");
     println!("  kubectl -n {DEMO_NAMESPACE} get queueunits");
+    println!(
+        "  kubectl -n {DEMO_NAMESPACE} get pendingunits   # the visibility API: place and reason of each waiting job"
+    );
+    println!("  kubectl get quotausages -A");
     println!("  kubectl -n {DEMO_NAMESPACE} describe job hello");
     println!("  kubectl -n {DEMO_NAMESPACE} get jobs,pods");
     println!(
