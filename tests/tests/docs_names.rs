@@ -393,3 +393,39 @@ fn the_readme_names_every_supported_kind() {
         "kinds missing from: {supported}"
     );
 }
+
+/// The wait reasons are one list: every type the API answers is explained
+/// in the API's page and in the troubleshooting page.
+#[test]
+fn every_wait_type_is_documented() {
+    let reference = read("docs/visibility.md");
+    let troubleshooting = read("docs/troubleshooting.md");
+    let missing: Vec<&str> = koord_queue_visibility::WaitType::ALL
+        .iter()
+        .map(|t| t.as_str())
+        .filter(|t| !reference.contains(&format!("| `{t}` |")))
+        .collect();
+    assert_eq!(
+        missing,
+        Vec::<&str>::new(),
+        "missing from docs/visibility.md's table"
+    );
+    // The troubleshooting table names each type a person meets by the
+    // message they see.
+    for t in [
+        "QuotaExceeded",
+        "ClusterCapacity",
+        "BehindHead",
+        "BehindReservingHead",
+        "Reserving",
+        "NamespaceQuota",
+        "AdmissionChecks",
+        "Backoff",
+        "NotYetSeen",
+    ] {
+        assert!(
+            troubleshooting.contains(t),
+            "{t} missing from docs/troubleshooting.md"
+        );
+    }
+}
