@@ -161,8 +161,13 @@ fn keep_in_sync(
     })
 }
 
-/// The first container and pod spec of Deployment `ns/name`.
-async fn template(client: &kube::Client, ns: &str, name: &str) -> Result<(PodSpec, Container)> {
+/// The pod spec of Deployment `ns/name` and its container `index`.
+async fn template(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    index: usize,
+) -> Result<(PodSpec, Container)> {
     let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
         .get(name)
         .await
@@ -173,9 +178,9 @@ async fn template(client: &kube::Client, ns: &str, name: &str) -> Result<(PodSpe
         .with_context(|| format!("Deployment {name} has no pod template"))?;
     let container = pod
         .containers
-        .first()
+        .get(index)
         .cloned()
-        .with_context(|| format!("Deployment {name} has no container"))?;
+        .with_context(|| format!("Deployment {name} has no container {index}"))?;
     Ok((pod, container))
 }
 
@@ -189,19 +194,26 @@ fn split_image<'a>(image: &'a str, registry: &str) -> Result<(&'a str, &'a str)>
         .with_context(|| format!("image {image} has no tag"))
 }
 
-/// Runs the container of Deployment `ns/name` from its image in the
+/// Runs container `index` of Deployment `ns/name` from its image in the
 /// plain-HTTP registry `registry` (`host:port`), as its pod would. Returns the process and the loopback port each
 /// `0.0.0.0:<port>` arg was moved to.
 async fn run_deployment(
     cp: &ControlPlane,
     ns: &str,
     name: &str,
+    index: usize,
     registry: SocketAddr,
     syncs: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Result<(Process, BTreeMap<u16, u16>)> {
     let client = cp.client().await?;
-    let (pod, container) = template(&client, ns, name).await?;
-    let dir = cp.dir().join("pods").join(name);
+    let (pod, container) = template(&client, ns, name, index).await?;
+    let dir = match index {
+        0 => cp.dir().join("pods").join(name),
+        _ => cp
+            .dir()
+            .join("pods")
+            .join(format!("{name}-{}", container.name)),
+    };
     std::fs::create_dir_all(&dir)?;
     let image = container
         .image
@@ -397,13 +409,26 @@ pub async fn run_release(
     let certs = format!("{release}-certs");
     let webhook = format!("{release}-webhook");
     let scheduler = format!("{release}-scheduler");
-    if deployments.get_opt(&certs).await?.is_some() {
-        let (p, _) = run_deployment(cp, ns, &certs, registry, &mut pods.syncs).await?;
-        pods.processes.insert(certs, p);
+    if let Some(deployment) = deployments.get_opt(&certs).await? {
+        // Every container: the webhook's bootstrap and, with the visibility
+        // API, its own.
+        let containers = deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .map_or(0, |p| p.containers.len());
+        for index in 0..containers {
+            let (p, _) = run_deployment(cp, ns, &certs, index, registry, &mut pods.syncs).await?;
+            let key = match index {
+                0 => certs.clone(),
+                _ => format!("{certs}/{index}"),
+            };
+            pods.processes.insert(key, p);
+        }
     }
+    let mut visibility_addr = None;
     for name in [&webhook, &scheduler] {
-        let (p, ports) = run_deployment(cp, ns, name, registry, &mut pods.syncs).await?;
-        let (_, container) = template(&client, ns, name).await?;
+        let (p, ports) = run_deployment(cp, ns, name, 0, registry, &mut pods.syncs).await?;
+        let (_, container) = template(&client, ns, name, 0).await?;
         for port in container.ports.unwrap_or_default() {
             let Some(local) = u16::try_from(port.container_port)
                 .ok()
@@ -417,6 +442,7 @@ pub async fn run_release(
                 Some("admin") => {
                     pods.admin_addrs.insert(name.clone(), addr);
                 }
+                Some("visibility") => visibility_addr = Some(addr),
                 _ => {}
             }
         }
@@ -433,6 +459,16 @@ pub async fn run_release(
         .context("the webhook's Service has no ClusterIP")?;
     for port in spec.ports.unwrap_or_default() {
         network.route(format!("{ip}:{}", port.port), addr);
+    }
+    // The visibility API's Service, joined to the scheduler's port: the
+    // aggregation layer reaches it as in a cluster.
+    if let Some(addr) = visibility_addr
+        && let Some(service) = Api::<Service>::namespaced(client.clone(), ns)
+            .get_opt(&format!("{release}-visibility"))
+            .await?
+        && let Some(ip) = service.spec.and_then(|s| s.cluster_ip)
+    {
+        network.route(format!("{ip}:443"), addr);
     }
     for (name, admin) in pods.admin_addrs.clone() {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);

@@ -6,10 +6,9 @@
 //! of line — sent back until its backoff ends, its admission checks pending,
 //! not adopted yet — from its record, after those in line.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use koord_queue_api::Resources;
-use koord_queue_api::keys::ROOT_QUOTA_NAME;
 use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_core::WaitReason;
 use koord_queue_core::amounts::format_amount;
@@ -17,8 +16,10 @@ use koord_queue_visibility::{
     Answer, Ask, ItemMeta, JobOf, Page, PendingUnit, Query, QuotaUsage, WaitReasonView, WaitType,
 };
 
-use super::{Controller, UnitState, queue_of};
+use super::{Controller, Membership, UnitState, queue_of};
 use crate::controller::clock::wall_time;
+use crate::controller::records::QuotaRecord;
+use crate::core::QueueCounts;
 use crate::wait_view;
 
 /// Quantities by resource, as the API writes them.
@@ -66,8 +67,10 @@ impl Controller {
                 }
             }
         }
-        let out_of_line =
-            self.out_of_line(|st| namespace.is_none_or(|ns| &*st.rec.namespace == ns));
+        let listed: HashSet<&str> = in_line.iter().map(|(k, _, _)| *k).collect();
+        let out_of_line = self.out_of_line(&listed, |st| {
+            namespace.is_none_or(|ns| &*st.rec.namespace == ns)
+        });
         self.page_of(in_line, out_of_line, page)
     }
 
@@ -84,17 +87,24 @@ impl Controller {
             .queue_waiting(name)
             .map(|w| (w.key, w.position, w.reason))
             .collect();
-        let out_of_line = self.out_of_line(|st| queue_of(&st.rec) == name);
+        let listed: HashSet<&str> = in_line.iter().map(|(k, _, _)| *k).collect();
+        let out_of_line = self.out_of_line(&listed, |st| queue_of(&st.rec) == name);
         self.page_of(in_line, out_of_line, page)
     }
 
-    /// The waiting units that are not in line, oldest first.
-    fn out_of_line(&self, select: impl Fn(&UnitState) -> bool) -> Vec<&UnitState> {
+    /// The waiting units not `listed` in line, oldest first: sent back,
+    /// waiting for checks, not adopted, or in a queue that is not defined
+    /// (the core holds them, but serves no such queue).
+    fn out_of_line(
+        &self,
+        listed: &HashSet<&str>,
+        select: impl Fn(&UnitState) -> bool,
+    ) -> Vec<&UnitState> {
         let mut out: Vec<&UnitState> = self
             .units
-            .values()
-            .map(|b| &**b)
-            .filter(|st| waits(st) && !self.core_waits(st) && select(st))
+            .iter()
+            .filter(|(k, st)| waits(st) && select(st) && !listed.contains(&***k))
+            .map(|(_, st)| &**st)
             .collect();
         out.sort_by(|a, b| {
             (a.rec.created_ms, &a.rec.namespace, &a.rec.name).cmp(&(
@@ -104,14 +114,6 @@ impl Controller {
             ))
         });
         out
-    }
-
-    /// Whether the core has the unit in line.
-    fn core_waits(&self, st: &UnitState) -> bool {
-        matches!(
-            self.core.unit_status(&st.rec.key()),
-            Some(koord_queue_core::UnitStatus::Waiting { .. })
-        )
     }
 
     /// The page of the in-line units followed by the out-of-line ones.
@@ -169,6 +171,12 @@ impl Controller {
         let rec = &st.rec;
         let message = rec.message.clone().unwrap_or_default();
         let reason = match rec.phase {
+            // In the core, in a queue it does not serve: why, as it says.
+            _ if st.member == Membership::Waiting
+                && let Some(r) = self.core.reason(&rec.key()) =>
+            {
+                wait_view::view(r)
+            }
             Some(QueueUnitPhase::TimeoutBackoff | QueueUnitPhase::SchedFailed) => {
                 wait_view::outside_the_core(
                     WaitType::Backoff,
@@ -263,51 +271,57 @@ impl Controller {
             .map(|n| (self.quota_depth(n), n))
             .collect();
         ordered.sort();
-        let counts: HashMap<&str, _> = self.core.queues().map(|q| (q.name, q.counts)).collect();
+        let counts: HashMap<&str, QueueCounts> =
+            self.core.queues().map(|q| (q.name, q.counts)).collect();
         ordered
             .into_iter()
             .filter_map(|(_, name)| {
                 let q = self.quotas.get(name)?;
-                let figures = self.core.quota_figures(name);
-                let (min, effective_min, max, used) = match &figures {
-                    Some(f) => (&f.min, &f.min_effective, &f.max, &f.used),
-                    None => (&q.min, &q.min, &q.max, &q.min),
-                };
-                let zero = Resources::new();
-                let used = if figures.is_some() { used } else { &zero };
-                let (mut borrowed, mut lent) = (Resources::new(), Resources::new());
-                for (resource, _) in used.iter().chain(effective_min.iter()) {
-                    let over = used.get(resource) - effective_min.get(resource);
-                    if over > 0 {
-                        borrowed.set(resource, over);
-                    } else if over < 0 {
-                        lent.set(resource, -over);
-                    }
-                }
-                let parent_quota = self.quotas.get(&q.parent).map(|p| p.name.clone());
-                let fair_parent = self.quotas.get(&q.parent).is_some_and(|p| p.fair_sharing);
-                let c = counts.get(name).copied().unwrap_or_default();
-                Some(QuotaUsage {
-                    metadata: ItemMeta {
-                        name: name.to_string(),
-                        namespace: Some(q.namespace.clone()),
-                        creation_timestamp: None,
-                    },
-                    parent: parent_quota
-                        .filter(|p| p != ROOT_QUOTA_NAME || self.quotas.contains_key(p)),
-                    is_parent: q.is_parent,
-                    min: amounts(min),
-                    effective_min: amounts(effective_min),
-                    max: amounts(max),
-                    used: amounts(used),
-                    borrowed: amounts(&borrowed),
-                    lent: amounts(&lent),
-                    fair_share_weight: fair_parent.then(|| milli_text(q.weight_milli)),
-                    pending: c.pending as u64,
-                    admitted: c.admitted as u64,
-                })
+                Some(self.usage_of(q, counts.get(name).copied().unwrap_or_default()))
             })
             .collect()
+    }
+
+    /// What quota `q` holds, guarantees and lends, as the core counts it.
+    fn usage_of(&self, q: &QuotaRecord, counts: QueueCounts) -> QuotaUsage {
+        let zero = Resources::new();
+        let figures = self.core.quota_figures(&q.name);
+        let (min, effective_min, max, used) = match &figures {
+            Some(f) => (&f.min, &f.min_effective, &f.max, &f.used),
+            // A quota the core refused (unreadable, in a cycle): as
+            // defined, holding nothing.
+            None => (&q.min, &q.min, &q.max, &zero),
+        };
+        let (mut borrowed, mut lent) = (Resources::new(), Resources::new());
+        for (resource, _) in used.iter().chain(effective_min.iter()) {
+            let over = used.get(resource) - effective_min.get(resource);
+            if over > 0 {
+                borrowed.set(resource, over);
+            } else if over < 0 {
+                lent.set(resource, -over);
+            }
+        }
+        let parent = self.quotas.get(&q.parent);
+        QuotaUsage {
+            metadata: ItemMeta {
+                name: q.name.clone(),
+                namespace: Some(q.namespace.clone()),
+                creation_timestamp: None,
+            },
+            parent: parent.map(|p| p.name.clone()),
+            is_parent: q.is_parent,
+            min: amounts(min),
+            effective_min: amounts(effective_min),
+            max: amounts(max),
+            used: amounts(used),
+            borrowed: amounts(&borrowed),
+            lent: amounts(&lent),
+            fair_share_weight: parent
+                .is_some_and(|p| p.fair_sharing)
+                .then(|| milli_text(q.weight_milli)),
+            pending: counts.pending as u64,
+            admitted: counts.admitted as u64,
+        }
     }
 }
 
