@@ -53,6 +53,13 @@ async fn queue_unit_crd_round_trip_with_status_and_printer_columns() {
         phase: Some(QueueUnitPhase::Enqueued),
         message: Some("waiting for quota team-a".into()),
         position: Some(3),
+        conditions: QueueUnitPhase::waiting_conditions(
+            "QuotaExceeded",
+            "waiting for quota team-a",
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+        ),
         ..Default::default()
     };
     let patched = api
@@ -88,7 +95,7 @@ async fn queue_unit_crd_round_trip_with_status_and_printer_columns() {
     assert_eq!(
         header,
         [
-            "NAME", "PHASE", "QUEUE", "PRIORITY", "POSITION", "JOBTYPE", "MESSAGE", "AGE"
+            "NAME", "PHASE", "QUEUE", "PRIORITY", "REASON", "JOBTYPE", "MESSAGE", "AGE"
         ]
     );
     let row = lines.next().unwrap();
@@ -97,7 +104,8 @@ async fn queue_unit_crd_round_trip_with_status_and_printer_columns() {
         "Enqueued",
         "team-a",
         "7",
-        "3",
+        // Why it waits: the QuotaReserved condition's reason.
+        "QuotaExceeded",
         "Job",
         "waiting for quota team-a",
     ] {
