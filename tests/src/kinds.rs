@@ -1,5 +1,5 @@
-//! Jobs of kinds without a typed client in the suites (a batch Job or a
-//! Kubeflow PyTorchJob read as JSON): their API, a job read together with
+//! Jobs of kinds without a typed client in the suites (any queued kind read
+//! as JSON): their API, a job read together with
 //! its unit, and a PyTorchJob built to a size and a priority class. Shared by
 //! the reserving-head and the preemption end-to-end tests.
 
@@ -8,18 +8,19 @@ use koord_queue_api::{QueueUnit, keys};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
-/// The API of `kind` (`Job` or `PyTorchJob`) in `ns`.
+/// The API of job kind `kind` (`Job`, `PyTorchJob`, any kind the registry
+/// queues) in `ns`, as the registry names its group, version and resource.
 pub fn kind_api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
-    let (group, version, plural) = match kind {
-        "Job" => ("batch", "v1", "jobs"),
-        "PyTorchJob" => ("kubeflow.org", "v1", "pytorchjobs"),
-        other => panic!("no kind {other}"),
-    };
-    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let k = koord_queue_api::jobs::all()
+        .iter()
+        .map(|a| a.kind())
+        .find(|k| k.kind == kind)
+        .unwrap_or_else(|| panic!("no job kind {kind}"));
+    let gvk = GroupVersionKind::gvk(k.group, k.version, k.kind);
     Api::namespaced_with(
         client.clone(),
         ns,
-        &ApiResource::from_gvk_with_plural(&gvk, plural),
+        &ApiResource::from_gvk_with_plural(&gvk, k.plural),
     )
 }
 

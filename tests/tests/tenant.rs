@@ -91,27 +91,9 @@ async fn tenant(cp: &ControlPlane, name: &str, default_queue: Option<&str>) -> k
         .unwrap()
 }
 
-/// The API of a kind for `client` in `ns`.
+/// The API of a kind for `client` in `ns` (named as the registry names it).
 fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
-    let (group, version, plural) = match kind {
-        "Job" => ("batch", "v1", "jobs"),
-        "TFJob" => ("kubeflow.org", "v1", "tfjobs"),
-        "PyTorchJob" => ("kubeflow.org", "v1", "pytorchjobs"),
-        "MPIJob" => ("kubeflow.org", "v2beta1", "mpijobs"),
-        "RayJob" => ("ray.io", "v1", "rayjobs"),
-        "RayCluster" => ("ray.io", "v1", "rayclusters"),
-        "SparkApplication" => ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
-        "Workflow" => ("argoproj.io", "v1alpha1", "workflows"),
-        "JobSet" => ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-        "TrainJob" => ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-        other => panic!("no kind {other}"),
-    };
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(&gvk, plural),
-    )
+    koord_queue_tests::kinds::kind_api(client, ns, kind)
 }
 
 async fn create(api: &Api<DynamicObject>, object: Value) -> Result<Value, kube::Error> {

@@ -198,15 +198,15 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
-/// Authorizes `attrs` for `user`, then asks and renders the answer.
+/// Authorizes `ask` for `user`, then asks and renders the answer.
 async fn answer(
     state: &ApiState,
     user: &User,
-    attrs: Attributes,
     ask: Ask,
     params: &ListParams,
     headers: &HeaderMap,
 ) -> Response {
+    let attrs = attributes(&ask, &state.system_namespace);
     let page = match params.page() {
         Ok(p) => p,
         Err(why) => return status(StatusCode::BAD_REQUEST, "BadRequest", why),
@@ -290,22 +290,7 @@ async fn all_pending(
     Query(params): Query<ListParams>,
     headers: HeaderMap,
 ) -> Response {
-    let attrs = Attributes {
-        verb: "list",
-        resource: "pendingunits",
-        subresource: None,
-        namespace: None,
-        name: None,
-    };
-    answer(
-        &state,
-        &user,
-        attrs,
-        Ask::Namespace(None),
-        &params,
-        &headers,
-    )
-    .await
+    answer(&state, &user, Ask::Namespace(None), &params, &headers).await
 }
 
 async fn namespace_pending(
@@ -315,22 +300,8 @@ async fn namespace_pending(
     Query(params): Query<ListParams>,
     headers: HeaderMap,
 ) -> Response {
-    let attrs = Attributes {
-        verb: "list",
-        resource: "pendingunits",
-        subresource: None,
-        namespace: Some(namespace.clone()),
-        name: None,
-    };
-    answer(
-        &state,
-        &user,
-        attrs,
-        Ask::Namespace(Some(namespace)),
-        &params,
-        &headers,
-    )
-    .await
+    let ask = Ask::Namespace(Some(namespace));
+    answer(&state, &user, ask, &params, &headers).await
 }
 
 async fn queue_pending(
@@ -350,14 +321,7 @@ async fn queue_pending(
             ),
         );
     }
-    let attrs = Attributes {
-        verb: "get",
-        resource: "queues",
-        subresource: Some("pendingunits"),
-        namespace: Some(namespace),
-        name: Some(name.clone()),
-    };
-    answer(&state, &user, attrs, Ask::Queue(name), &params, &headers).await
+    answer(&state, &user, Ask::Queue(name), &params, &headers).await
 }
 
 async fn all_quotas(
@@ -366,14 +330,7 @@ async fn all_quotas(
     Query(params): Query<ListParams>,
     headers: HeaderMap,
 ) -> Response {
-    let attrs = Attributes {
-        verb: "list",
-        resource: "quotausages",
-        subresource: None,
-        namespace: None,
-        name: None,
-    };
-    answer(&state, &user, attrs, Ask::Quotas(None), &params, &headers).await
+    answer(&state, &user, Ask::Quotas(None), &params, &headers).await
 }
 
 async fn namespace_quotas(
@@ -383,20 +340,30 @@ async fn namespace_quotas(
     Query(params): Query<ListParams>,
     headers: HeaderMap,
 ) -> Response {
-    let attrs = Attributes {
+    let ask = Ask::Quotas(Some(namespace));
+    answer(&state, &user, ask, &params, &headers).await
+}
+
+/// What asking `ask` is in RBAC's terms: what the SubjectAccessReview
+/// asks about the user (a Queue's backlog is a subresource of the Queue,
+/// in the system namespace).
+fn attributes(ask: &Ask, system_namespace: &str) -> Attributes {
+    let list = |resource, namespace: &Option<String>| Attributes {
         verb: "list",
-        resource: "quotausages",
+        resource,
         subresource: None,
-        namespace: Some(namespace.clone()),
+        namespace: namespace.clone(),
         name: None,
     };
-    answer(
-        &state,
-        &user,
-        attrs,
-        Ask::Quotas(Some(namespace)),
-        &params,
-        &headers,
-    )
-    .await
+    match ask {
+        Ask::Namespace(namespace) => list("pendingunits", namespace),
+        Ask::Quotas(namespace) => list("quotausages", namespace),
+        Ask::Queue(name) => Attributes {
+            verb: "get",
+            resource: "queues",
+            subresource: Some("pendingunits"),
+            namespace: Some(system_namespace.to_string()),
+            name: Some(name.clone()),
+        },
+    }
 }
