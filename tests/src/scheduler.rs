@@ -180,3 +180,21 @@ pub async fn crash_and_restart(
     replica.kill().await?;
     start_leader(cp, args).await
 }
+
+/// The usual start of an end-to-end suite that queues framework kinds: the
+/// frameworks' CRDs first (so the scheduler follows their kinds from its
+/// start), the PriorityClasses `classes`, the webhook, and a leader with
+/// Lease `lease`.
+pub async fn start_with_frameworks(
+    cp: &ControlPlane,
+    lease: &str,
+    classes: &[(&str, i32)],
+) -> Result<SchedulerReplica> {
+    let client = cp.client().await?;
+    crate::fixtures::apply_crds(&client, &crate::job_crds::job_framework_crds()).await?;
+    for (class, value) in classes {
+        crate::e2e::priority_class(&client, class, *value).await?;
+    }
+    crate::webhook::start_and_register(cp).await?;
+    start_leader(cp, test_args(lease)).await
+}

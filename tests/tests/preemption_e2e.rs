@@ -14,7 +14,7 @@ use koord_queue_api::keys;
 use koord_queue_api::queue_unit::QueueUnitPhase::{Running, Succeed, TimeoutBackoff};
 use koord_queue_tests::e2e::{self, UsageMonitor, kubectl_create_job, wait_phase};
 use koord_queue_tests::kinds::{job_and_unit, kind_api, pytorch_job, pytorch_state};
-use koord_queue_tests::{ControlPlane, fixtures, job_crds, scheduler, shared, webhook};
+use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -41,17 +41,8 @@ async fn setup() -> &'static ControlPlane {
     let cp = shared::tier2().await.unwrap();
     SCHEDULER
         .get_or_init(|| async {
-            let client = cp.client().await.unwrap();
-            // The CRDs first, so that the scheduler follows PyTorchJobs from
-            // its start.
-            fixtures::apply_crds(&client, &job_crds::job_framework_crds())
-                .await
-                .unwrap();
-            for (class, value) in [(LOW, 10), (HIGH, 1000)] {
-                e2e::priority_class(&client, class, value).await.unwrap();
-            }
-            webhook::start_and_register(cp).await.unwrap();
-            scheduler::start_leader(cp, scheduler::test_args("preemption-e2e-scheduler"))
+            let classes = [(LOW, 10), (HIGH, 1000)];
+            scheduler::start_with_frameworks(cp, "preemption-e2e-scheduler", &classes)
                 .await
                 .unwrap()
         })

@@ -13,7 +13,7 @@ use std::time::Duration;
 use koord_queue_api::queue_unit::QueueUnitPhase::*;
 use koord_queue_tests::e2e::{self, kubectl_create_job, wait_phase};
 use koord_queue_tests::kinds::{job_and_unit, kind_api, pytorch_job, pytorch_state};
-use koord_queue_tests::{ControlPlane, fixtures, job_crds, scheduler, shared, webhook};
+use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared};
 use kube::api::PostParams;
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -26,15 +26,7 @@ async fn setup() -> &'static ControlPlane {
     let cp = shared::tier2().await.unwrap();
     SCHEDULER
         .get_or_init(|| async {
-            let client = cp.client().await.unwrap();
-            // The CRDs first, so that the scheduler follows PyTorchJobs from
-            // its start.
-            fixtures::apply_crds(&client, &job_crds::job_framework_crds())
-                .await
-                .unwrap();
-            e2e::priority_class(&client, HIGH, 1000).await.unwrap();
-            webhook::start_and_register(cp).await.unwrap();
-            scheduler::start_leader(cp, scheduler::test_args("reserve-e2e-scheduler"))
+            scheduler::start_with_frameworks(cp, "reserve-e2e-scheduler", &[(HIGH, 1000)])
                 .await
                 .unwrap()
         })
