@@ -2,14 +2,16 @@
 //! on, so that 100,000 cached units stay small (pod templates are dropped).
 
 mod cluster;
+mod core_defs;
 mod job;
 mod unit;
 
 pub use cluster::{
     NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
 };
+pub use core_defs::{queue_for_quota, root_capacity};
 pub use job::{Grouping, JobKey, JobRecord, PodRecord};
-pub use unit::{QUOTA_FINALIZER, UnitRecord};
+pub use unit::{DEFAULT_GRACE_SECONDS, QUOTA_FINALIZER, UnitRecord, max_run_ms};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};

@@ -28,7 +28,19 @@ pub use koord_queue_api::keys::QUOTA_FINALIZER;
 
 /// The grace period of a pod whose template does not set one (the API
 /// server's default of `terminationGracePeriodSeconds`).
-const DEFAULT_GRACE_SECONDS: i64 = 30;
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// The longest a job holds quota once released, in ms (a unit's
+/// `max_run_ms`): its deadline (`spec.maxRunSeconds`) plus the longest
+/// termination grace period of its pods — at its deadline the pods are
+/// deleted and run on for up to their grace period. `None` for an unbounded
+/// job. Public so that the simulator bounds a trace's jobs the same way.
+pub fn max_run_ms(max_run_seconds: Option<i64>, grace_seconds: i64) -> Option<i64> {
+    max_run_seconds
+        .filter(|s| *s > 0)
+        .map(|s| s.saturating_add(grace_seconds.max(0)))
+        .map(|s| s.saturating_mul(1000))
+}
 
 /// What the controller knows of a QueueUnit.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,11 +155,7 @@ impl UnitRecord {
                 .filter(|q| !q.is_empty())
                 .map(|q| intern(q)),
             priority: spec.effective_priority(),
-            max_run_ms: spec
-                .max_run_seconds
-                .filter(|s| *s > 0)
-                .map(|s| s.saturating_add(longest_grace_seconds(&spec.pod_set)))
-                .map(|s| s.saturating_mul(1000)),
+            max_run_ms: max_run_ms(spec.max_run_seconds, longest_grace_seconds(&spec.pod_set)),
             request,
             labels: Labels::from_map(labels),
             job_kind: intern(job_kind),

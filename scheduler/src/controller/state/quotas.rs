@@ -1,13 +1,13 @@
 //! ElasticQuotas and their Queues: the quota of each name into the core, one Queue per quota, the root capacity.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use koord_queue_api::{Queue, QueueSpec, Resources, keys};
+use koord_queue_api::keys;
 
 use super::Controller;
-use crate::controller::records::{QUEUE_FOR_QUOTA_LABEL, QuotaRecord};
+use crate::controller::records::{QuotaRecord, queue_for_quota, root_capacity};
 use crate::controller::sources::Change;
 use crate::controller::writes::Write;
-use crate::core::{CapacitySource, QuotaDef, RootCapacity};
+use crate::core::CapacitySource;
 
 impl Controller {
     pub(super) fn on_quota(&mut self, change: Change<Box<QuotaRecord>>) {
@@ -70,20 +70,10 @@ impl Controller {
     pub(super) fn apply_quota(&mut self, rec: QuotaRecord) {
         if let Some(invalid) = &rec.invalid {
             tracing::warn!(quota = %rec.name, %invalid, "ElasticQuota ignored");
-        } else if rec.name != keys::ROOT_QUOTA_NAME {
-            let parent = Some(rec.parent.clone()).filter(|p| p != keys::ROOT_QUOTA_NAME);
-            let def = QuotaDef {
-                name: rec.name.clone(),
-                parent,
-                min: rec.min.clone(),
-                max: rec.max.clone(),
-                is_parent: rec.is_parent,
-                fair_sharing: rec.fair_sharing,
-                weight_milli: rec.weight_milli,
-            };
-            if let Err(error) = self.core.upsert_quota(&def) {
-                tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");
-            }
+        } else if let Some(def) = rec.to_def()
+            && let Err(error) = self.core.upsert_quota(&def)
+        {
+            tracing::warn!(quota = %rec.name, %error, "ElasticQuota ignored");
         }
         self.quotas.insert(rec.name.clone(), rec);
     }
@@ -105,19 +95,9 @@ impl Controller {
                 }
             };
             if needed {
-                let mut queue = Queue::new(
-                    &quota.name,
-                    QueueSpec {
-                        queue_policy: quota.policy,
-                        ..Default::default()
-                    },
-                );
-                queue.metadata.namespace = Some(self.settings.namespace.clone());
-                queue.metadata.labels =
-                    Some([(QUEUE_FOR_QUOTA_LABEL.to_string(), quota.name.clone())].into());
                 writes.push(Write::EnsureQueue {
                     name: quota.name.clone(),
-                    queue: Box::new(queue),
+                    queue: Box::new(queue_for_quota(quota, &self.settings.namespace)),
                     exists: existing.is_some(),
                 });
             }
@@ -146,17 +126,7 @@ impl Controller {
         if self.core.capacity_source() != Some(&CapacitySource::Auto) || !self.synced() {
             return false;
         }
-        let capacity = match self.quotas.get(keys::ROOT_QUOTA_NAME) {
-            Some(root) if !root.max.is_zero() => RootCapacity::Limited(root.max.clone()),
-            Some(_) => RootCapacity::Unlimited,
-            None => {
-                let mut total = Resources::new();
-                for node in self.nodes.values().filter(|n| n.ready) {
-                    total.add(&node.allocatable);
-                }
-                RootCapacity::Limited(total)
-            }
-        };
+        let capacity = root_capacity(self.quotas.get(keys::ROOT_QUOTA_NAME), self.nodes.values());
         if self.capacity.as_ref() == Some(&capacity) {
             return false;
         }
