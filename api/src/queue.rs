@@ -25,6 +25,7 @@ pub use koord_queue_model::{Preemption, PreemptionPolicy, QueuePolicy, Reserve};
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending"}"#,
     printcolumn = r#"{"name":"Admitted","type":"integer","jsonPath":".status.admitted"}"#,
+    printcolumn = r#"{"name":"Stopped","type":"string","jsonPath":".spec.stopPolicy"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -68,6 +69,51 @@ pub struct QueueSpec {
     /// large job is not starved by small ones). Unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve_head: Option<ReserveHead>,
+    /// Stops the queue (for maintenance, say): `Hold` releases nothing —
+    /// its waiting units wait with the reason `QueueStopped`, jobs already
+    /// released run on; `HoldAndDrain` also sends back the units holding
+    /// quota (their jobs are suspended again, their quota freed, and they
+    /// wait in the queue). `None` or unset: the queue serves. Kubectl:
+    /// `kubectl koord-queue stop <queue> [--drain]`, `resume <queue>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_policy: Option<StopPolicy>,
+}
+
+/// Stops the queue: `Hold` releases nothing (its waiting units wait with the
+/// reason `QueueStopped`; released jobs run on), `HoldAndDrain` also sends
+/// back the units holding quota (jobs suspended again, quota freed; they wait
+/// in the queue). `None` or unset: the queue serves. As Kueue's ClusterQueue
+/// `stopPolicy`; `kubectl koord-queue stop <queue> [--drain]` and `resume`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StopPolicy {
+    /// The queue serves.
+    #[default]
+    None,
+    /// The queue releases nothing; released jobs run on.
+    Hold,
+    /// The queue releases nothing and sends back what it released.
+    HoldAndDrain,
+}
+
+impl StopPolicy {
+    /// The name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "None",
+            Self::Hold => "Hold",
+            Self::HoldAndDrain => "HoldAndDrain",
+        }
+    }
+
+    /// Whether the queue releases nothing.
+    pub fn stops(self) -> bool {
+        self != Self::None
+    }
+
+    /// Whether the units holding quota are sent back.
+    pub fn drains(self) -> bool {
+        self == Self::HoldAndDrain
+    }
 }
 
 /// When the head of a `Priority` queue reserves.
@@ -150,6 +196,11 @@ impl QueueSpec {
     /// The effective serving priority (`spec.priority`, default 0).
     pub fn effective_priority(&self) -> i32 {
         self.priority.unwrap_or(0)
+    }
+
+    /// The effective stop policy (`spec.stopPolicy`, default `None`).
+    pub fn effective_stop_policy(&self) -> StopPolicy {
+        self.stop_policy.unwrap_or_default()
     }
 }
 

@@ -25,6 +25,11 @@ pub struct QueueDef {
     /// Whether the head of a `Priority` queue that does not fit keeps
     /// smaller units from passing it (architecture §4.3); off by default.
     pub reserve: Reserve,
+    /// Stopped (the Queue's `spec.stopPolicy` is `Hold` or `HoldAndDrain`):
+    /// the queue releases nothing and its waiting units wait with the
+    /// reason `QueueStopped`. Sending its running units back (drain) is the
+    /// controller's; the core only stops releasing.
+    pub stopped: bool,
 }
 
 impl QueueDef {
@@ -37,6 +42,7 @@ impl QueueDef {
             reclaim: true,
             preemption: Preemption::default(),
             reserve: Reserve::default(),
+            stopped: false,
         }
     }
 
@@ -61,6 +67,12 @@ impl QueueDef {
     /// The same queue reserving for its head as `reserve` says.
     pub fn with_reserve(mut self, reserve: Reserve) -> Self {
         self.reserve = reserve;
+        self
+    }
+
+    /// The same queue stopped (releasing nothing) or serving.
+    pub fn with_stopped(mut self, stopped: bool) -> Self {
+        self.stopped = stopped;
         self
     }
 

@@ -38,6 +38,7 @@ pub(crate) struct QueueState {
     pub reclaim: bool,
     pub preemption: koord_queue_model::Preemption,
     pub reserve: koord_queue_model::Reserve,
+    pub stopped: bool,
     pub order: SortKey,
 }
 

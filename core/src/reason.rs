@@ -165,6 +165,12 @@ pub enum WaitReason {
         /// Key (`namespace/name`) of that unit.
         unit: Arc<str>,
     },
+    /// The unit's queue is stopped (`spec.stopPolicy`): it releases
+    /// nothing until it is resumed.
+    QueueStopped {
+        /// Name of the queue.
+        queue: Arc<str>,
+    },
     /// No queue: no mapping plugin chose one and the unit names none.
     NoQueue,
     /// The unit's queue does not exist.
@@ -429,6 +435,10 @@ impl fmt::Display for WaitReason {
                 "waiting behind {unit}, which reserves {resource} (it has waited longest or has the highest priority)"
             ),
             Self::BlockedBehind { unit } => write!(f, "waiting behind {unit} (Block policy)"),
+            Self::QueueStopped { queue } => write!(
+                f,
+                "queue {queue} is stopped: it releases nothing until it is resumed"
+            ),
             Self::NoQueue => {
                 f.write_str("no queue: the unit names none and no plugin maps it to one")
             }

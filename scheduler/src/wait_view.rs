@@ -27,6 +27,7 @@ pub fn wait_type(reason: &WaitReason) -> WaitType {
         | WaitReason::ParentQuota { .. }
         | WaitReason::QuotaParentMissing { .. }
         | WaitReason::QuotaCycle { .. } => WaitType::Misconfigured,
+        WaitReason::QueueStopped { .. } => WaitType::QueueStopped,
         WaitReason::Plugin { .. } => WaitType::Plugin,
     }
 }
@@ -57,7 +58,9 @@ pub fn view(reason: &WaitReason) -> WaitReasonView {
             out.resource = Some(resource.to_string());
             out.quota = scope.as_deref().map(str::to_string);
         }
-        WaitReason::QueueMissing { queue } => out.quota = Some(queue.to_string()),
+        WaitReason::QueueMissing { queue } | WaitReason::QueueStopped { queue } => {
+            out.quota = Some(queue.to_string());
+        }
         WaitReason::QuotaMissing { quota }
         | WaitReason::ParentQuota { quota }
         | WaitReason::QuotaCycle { quota } => out.quota = Some(quota.to_string()),

@@ -422,6 +422,7 @@ fn every_wait_type_is_documented() {
         "AdmissionChecks",
         "Backoff",
         "NotYetSeen",
+        "QueueStopped",
     ] {
         assert!(
             troubleshooting.contains(t),

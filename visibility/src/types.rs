@@ -113,6 +113,9 @@ pub enum WaitType {
     NotYetSeen,
     /// Its queue or quota is missing or misconfigured.
     Misconfigured,
+    /// Its queue is stopped (`spec.stopPolicy`): it releases nothing until
+    /// it is resumed.
+    QueueStopped,
     /// A scheduler plugin's own reason.
     Plugin,
 }
@@ -135,6 +138,7 @@ impl WaitType {
             Self::Backoff => "Backoff",
             Self::NotYetSeen => "NotYetSeen",
             Self::Misconfigured => "Misconfigured",
+            Self::QueueStopped => "QueueStopped",
             Self::Plugin => "Plugin",
         }
     }
@@ -145,7 +149,7 @@ impl WaitType {
     }
 
     /// Every type, in the documented order.
-    pub const ALL: [WaitType; 15] = [
+    pub const ALL: [WaitType; 16] = [
         Self::QuotaExceeded,
         Self::ClusterCapacity,
         Self::NamespaceQuota,
@@ -160,6 +164,7 @@ impl WaitType {
         Self::Backoff,
         Self::NotYetSeen,
         Self::Misconfigured,
+        Self::QueueStopped,
         Self::Plugin,
     ];
 }

@@ -240,10 +240,10 @@ impl Core {
                 u.dirty_in = None;
             }
         }
-        let Some((policy, reclaim_on, preemption)) = entry
+        let Some((policy, reclaim_on, preemption, stopped)) = entry
             .def
             .as_ref()
-            .map(|d| (d.policy, d.reclaim, d.preemption))
+            .map(|d| (d.policy, d.reclaim, d.preemption, d.stopped))
         else {
             return false;
         };
@@ -277,6 +277,12 @@ impl Core {
             one_borrower,
             borrowed: false,
         };
+        if stopped {
+            // A stopped queue releases nothing, whatever fits: its units
+            // wait, each saying so (architecture §4.3).
+            pass.stopped(entry);
+            return false;
+        }
         let full = dirty != Dirty::Clean;
         match policy {
             QueuePolicy::Priority if full => pass.priority_all(q, entry),

@@ -222,6 +222,22 @@ impl Pass<'_> {
         }
     }
 
+    /// A stopped queue: nothing is released and every waiting unit waits
+    /// with the reason `QueueStopped`. Its limits, head and reservation are
+    /// forgotten: resuming it changes its definition, which makes the next
+    /// cycle judge every unit afresh (`Core::upsert_queue`).
+    pub(super) fn stopped(&mut self, entry: &mut QueueEntry) {
+        entry.blockers.clear();
+        entry.head = None;
+        entry.reservation = None;
+        let reason = WaitReason::QueueStopped {
+            queue: Arc::clone(&entry.name),
+        };
+        for wk in &entry.waiting {
+            self.note_reason(wk.id, reason.clone(), 0);
+        }
+    }
+
     /// The places of the listed units that wait in queue `q`, sorted and
     /// without repeats.
     pub(super) fn wait_keys(&self, q: QueueId, entry: &QueueEntry, ids: &[UnitId]) -> Vec<WaitKey> {

@@ -212,6 +212,7 @@ impl Core {
             reclaim: def.reclaim,
             preemption: def.preemption,
             reserve: def.reserve,
+            stopped: def.stopped,
             order,
         };
         let Some(entry) = self.queues.get_mut(q) else {

@@ -171,3 +171,32 @@ fn queues_are_served_by_priority_then_name() {
         "cluster capacity: cpu 4/4 used, needs 4"
     );
 }
+
+#[test]
+fn a_stopped_queue_releases_nothing_and_says_so_until_resumed() {
+    let mut core = quota_core(100);
+    leaf(
+        &mut core,
+        QuotaDef::new("team").max("cpu", 10_000),
+        QueuePolicy::Priority,
+    );
+    leaf(
+        &mut core,
+        QuotaDef::new("other").max("cpu", 10_000),
+        QueuePolicy::Priority,
+    );
+    core.upsert_queue(&QueueDef::new("team").with_stopped(true));
+    core.upsert_unit(&unit("ns", "a", "team", 1)).unwrap();
+    core.upsert_unit(&unit("ns", "b", "other", 1)).unwrap();
+    // Only the serving queue's unit goes; the stopped one's waits though it fits.
+    assert_eq!(released(&core.run_cycle()), ["ns/b"]);
+    let stopped = "queue team is stopped: it releases nothing until it is resumed";
+    assert_eq!(reason_text(&core, "ns/a"), stopped);
+    // A unit joining the stopped queue waits too, with the same reason.
+    core.upsert_unit(&unit("ns", "c", "team", 1)).unwrap();
+    assert!(core.run_cycle().decisions.is_empty());
+    assert_eq!(reason_text(&core, "ns/c"), stopped);
+    // Resumed: everything that fits goes, in order.
+    core.upsert_queue(&QueueDef::new("team"));
+    assert_eq!(released(&core.run_cycle()), ["ns/a", "ns/c"]);
+}

@@ -100,6 +100,8 @@ pub struct QueueRecord {
     pub strict: Option<Option<std::time::Duration>>,
     /// Running timeout.
     pub running_timeout: Option<std::time::Duration>,
+    /// Whether it is stopped, and drained (`spec.stopPolicy`).
+    pub stop: koord_queue_api::queue::StopPolicy,
 }
 
 /// Label on Queues the scheduler keeps for an ElasticQuota.
@@ -140,6 +142,7 @@ impl QueueRecord {
                 .running_timeout_seconds
                 .filter(|t| *t > 0)
                 .map(|t| std::time::Duration::from_secs(t.unsigned_abs())),
+            stop: queue.spec.effective_stop_policy(),
         }
     }
 }

@@ -250,6 +250,9 @@ fn holding_outcome(
     if v.unconfirmed && job.held {
         return Some(Intent::keep(release_again(v, job, phase)));
     }
+    if v.queue.is_some_and(|q| q.stop.drains()) && !v.unconfirmed {
+        return Some(drained(v, job, phase));
+    }
     if phase == QueueUnitPhase::Reserved {
         return checks_outcome(v, job);
     }
@@ -332,6 +335,28 @@ fn holding_outcome(
         }
         _ => None,
     }
+}
+
+/// Reason of a unit sent back because its Queue was stopped with
+/// `HoldAndDrain`.
+const QUEUE_DRAINED: &str = "QueueDrained";
+
+/// A unit holding quota in a drained Queue (`spec.stopPolicy:
+/// HoldAndDrain`): sent back as a running timeout is — its job held again
+/// (a Reserved unit's was never released), its quota freed once its pods
+/// are gone — to wait in the stopped queue after its backoff.
+fn drained(v: &UnitView<'_>, job: &JobRecord, phase: QueueUnitPhase) -> Intent {
+    let job = (phase != QueueUnitPhase::Reserved).then_some(job);
+    Intent::free(backoff(
+        v,
+        job,
+        None,
+        QUEUE_DRAINED,
+        format!(
+            "queue {} was stopped and drained (HoldAndDrain); suspended again, quota released",
+            queue_of(v.rec)
+        ),
+    ))
 }
 
 /// A Reserved unit: release once every check is Ready; back off when one

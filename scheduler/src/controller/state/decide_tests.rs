@@ -531,3 +531,59 @@ fn a_held_job_whose_pods_ran_is_not_taken_for_a_release_cut_short() {
     });
     assert!(step.intent.is_none(), "{:?}", step.intent);
 }
+
+#[test]
+fn a_drained_queue_sends_back_what_holds_quota_and_a_held_one_does_not() {
+    use crate::controller::records::QueueRecord;
+    let queue = |stop: &str| {
+        let q: koord_queue_api::Queue = serde_json::from_value(json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
+            "metadata": { "name": "q", "namespace": "koord-queue" },
+            "spec": { "stopPolicy": stop },
+        }))
+        .unwrap();
+        QueueRecord::from_queue(&q)
+    };
+    let key: Key = "ns/u".into();
+    let running = json!({ "active": 1, "startTime": "2026-01-01T00:00:00Z" });
+    let step = |rec: &UnitRecord, job: &JobRecord, queue: &QueueRecord, pods_alive| {
+        summary(&next_step(&UnitView {
+            key: &key,
+            rec,
+            job: Some(job),
+            queue: Some(queue),
+            pods: None,
+            pods_alive,
+            suspended_again: false,
+            found_released: false,
+            unconfirmed: false,
+            members_released_at: None,
+            strict_default: None,
+            now_ms: NOW_MS,
+            jitter_salt: 7,
+        }))
+    };
+    let rec = unit(json!({ "phase": "Running" }));
+    let job = job(false, running);
+    let drain = queue("HoldAndDrain");
+    // Sent back; its quota freed with the write, or with its last pod.
+    assert_eq!(
+        step(&rec, &job, &drain, false),
+        Some(("Backoff QueueDrained".to_string(), OnSubmit::Free))
+    );
+    assert_eq!(
+        step(&rec, &job, &drain, true),
+        Some(("Backoff QueueDrained".to_string(), OnSubmit::Keep))
+    );
+    // A unit reserving for its admission checks gives the reservation back.
+    let reserved = unit(
+        json!({ "phase": "Reserved", "admissionChecks": [{ "name": "c",
+        "state": "Pending", "lastTransitionTime": "2026-01-01T00:00:00Z" }] }),
+    );
+    assert_eq!(
+        step(&reserved, &job, &drain, false),
+        Some(("Backoff QueueDrained".to_string(), OnSubmit::Free))
+    );
+    // Hold alone lets released jobs run on.
+    assert_eq!(step(&rec, &job, &queue("Hold"), false), None);
+}

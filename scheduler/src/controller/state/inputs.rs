@@ -3,7 +3,7 @@
 use koord_queue_api::Resources;
 use koord_queue_api::jobs::JobState;
 
-use super::{CACHES_SYNCED, Controller, FIRST_CYCLE, Membership, UnitState, job_ref};
+use super::{CACHES_SYNCED, Controller, FIRST_CYCLE, Membership, UnitState, job_ref, queue_of};
 use crate::controller::records::{
     JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QueueRecord, UnitRecord, key,
 };
@@ -184,10 +184,17 @@ impl Controller {
                     .with_priority(rec.priority)
                     .with_policy(rec.policy)
                     .with_preemption(rec.preemption)
-                    .with_reserve(rec.reserve);
+                    .with_reserve(rec.reserve)
+                    .with_stopped(rec.stop.stops());
                 def.reclaim = rec.reclaim;
                 self.core.upsert_queue(&def);
+                let drain = rec.stop.drains()
+                    && self.queues.get(&rec.name).is_none_or(|q| !q.stop.drains());
+                let name = rec.name.clone();
                 self.queues.insert(rec.name.clone(), *rec);
+                if drain {
+                    self.drain_queue(&name);
+                }
             }
             Change::Deleted(_, name) => {
                 self.queues.remove(&name);
@@ -198,6 +205,21 @@ impl Controller {
             Change::Synced | Change::Absent => return self.source_done("queues"),
         }
         self.request_cycle();
+    }
+
+    /// A Queue just drained (`HoldAndDrain`): each of its units is looked
+    /// at again, and those holding quota are sent back (`decide.rs`).
+    fn drain_queue(&mut self, queue: &str) {
+        let keys: Vec<Key> = self
+            .units
+            .iter()
+            .filter(|(_, st)| queue_of(&st.rec) == queue)
+            .map(|(k, _)| k.clone())
+            .collect();
+        tracing::info!(queue, units = keys.len(), "queue drained");
+        for k in keys {
+            self.reconcile(&k);
+        }
     }
 
     pub(super) fn on_node(&mut self, change: Change<Box<NodeRecord>>) {

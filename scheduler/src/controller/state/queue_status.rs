@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use koord_queue_api::QueueStatus;
-use koord_queue_api::queue::QueueItemDetail;
+use koord_queue_api::queue::{QueueItemDetail, StopPolicy};
 
 use super::{Controller, split_key};
 use crate::controller::writes::Write;
@@ -14,6 +15,10 @@ use crate::controller::writes::Write;
 /// Condition type on the Queue of a quota whose children's guaranteed
 /// minimum exceeds its own (they are then scaled down proportionally).
 pub const MIN_OVERCOMMITTED: &str = "MinOvercommitted";
+
+/// Condition type on a stopped Queue (`spec.stopPolicy` `Hold` or
+/// `HoldAndDrain`, the condition's reason): it releases nothing.
+pub const STOPPED: &str = "Stopped";
 
 /// Most waiting units listed in `Queue.status.queueItemDetails`.
 pub(super) const QUEUE_DETAILS_LIMIT: usize = 1000;
@@ -23,7 +28,6 @@ impl Controller {
     /// written only when changed. Returns whether every Queue was compared
     /// (none left for a later pass).
     pub(super) fn publish_queue_status(&mut self, now: Instant) -> bool {
-        let now_wall = self.now.wall();
         let mut complete = true;
         let warnings: Vec<(String, String)> = self
             .core
@@ -60,7 +64,7 @@ impl Controller {
                         .map_or(&[], Vec::as_slice),
                     self.core.queue_waiting(&name).take(QUEUE_DETAILS_LIMIT),
                 )
-                && min_conditions(&name, &warnings, published.conditions.clone(), now_wall)
+                && self.queue_conditions(&name, &warnings, published.conditions.clone())
                     == published.conditions
             {
                 continue;
@@ -79,16 +83,23 @@ impl Controller {
                     }
                 })
                 .collect();
-            let Some(queue) = self.queues.get_mut(&name) else {
+            let Some(mut status) = self
+                .queues
+                .get(&name)
+                .map(|q| q.status.clone().unwrap_or_default())
+            else {
                 continue;
             };
-            let mut status = queue.status.clone().unwrap_or_default();
             let mut items = BTreeMap::new();
             items.insert("active".to_string(), details);
             status.queue_item_details = items;
             status.pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
             status.admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
-            status.conditions = min_conditions(&name, &warnings, status.conditions, now_wall);
+            let conditions = self.queue_conditions(&name, &warnings, status.conditions);
+            status.conditions = conditions;
+            let Some(queue) = self.queues.get_mut(&name) else {
+                continue;
+            };
             if queue.status.as_ref() == Some(&status)
                 || (queue.status.is_none() && status == empty_status())
             {
@@ -105,14 +116,68 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// The conditions of Queue `name`: [`MIN_OVERCOMMITTED`] from
+    /// `warnings`, [`STOPPED`] from its `spec.stopPolicy`.
+    fn queue_conditions(
+        &self,
+        name: &str,
+        warnings: &[(String, String)],
+        conditions: Vec<Condition>,
+    ) -> Vec<Condition> {
+        let now = self.now.wall();
+        let conditions = min_conditions(name, warnings, conditions, now);
+        let stop = self.queues.get(name).map(|q| q.stop).unwrap_or_default();
+        stop_conditions(stop, conditions, now)
+    }
+}
+
+/// `conditions` with the [`STOPPED`] condition set when `stop` stops the
+/// queue (its reason the policy, so that `kubectl get` and the CLI say
+/// whether it drains), removed when it serves; other conditions are kept.
+pub(super) fn stop_conditions(
+    stop: StopPolicy,
+    mut conditions: Vec<Condition>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Vec<Condition> {
+    let existing = conditions.iter().position(|c| c.type_ == STOPPED);
+    if !stop.stops() {
+        if let Some(i) = existing {
+            conditions.remove(i);
+        }
+        return conditions;
+    }
+    let message = if stop.drains() {
+        "stopped: releases nothing; units that held quota were sent back"
+    } else {
+        "stopped: releases nothing; released jobs run on"
+    };
+    match existing {
+        Some(i) if conditions[i].reason == stop.as_str() => {}
+        Some(i) => {
+            conditions[i].reason = stop.as_str().into();
+            conditions[i].message = message.into();
+        }
+        None => conditions.push(Condition {
+            type_: STOPPED.into(),
+            status: "True".into(),
+            reason: stop.as_str().into(),
+            message: message.into(),
+            last_transition_time: Time(now),
+            observed_generation: None,
+        }),
+    }
+    conditions
+}
+
 /// `conditions` with the [`MIN_OVERCOMMITTED`] condition of queue `name` set
 /// from `warnings` (quota name, text); other conditions are kept.
 pub(super) fn min_conditions(
     name: &str,
     warnings: &[(String, String)],
-    mut conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    mut conditions: Vec<Condition>,
     now: k8s_openapi::jiff::Timestamp,
-) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+) -> Vec<Condition> {
     let texts: Vec<&str> = warnings
         .iter()
         .filter(|(q, _)| q == name)
@@ -129,12 +194,12 @@ pub(super) fn min_conditions(
     match existing {
         Some(i) if conditions[i].message == message => {}
         Some(i) => conditions[i].message = message,
-        None => conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        None => conditions.push(Condition {
             type_: MIN_OVERCOMMITTED.into(),
             status: "True".into(),
             reason: "ChildrenMinExceedsMin".into(),
             message,
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+            last_transition_time: Time(now),
             observed_generation: None,
         }),
     }
