@@ -36,7 +36,8 @@ impl QueueRecord {
             .with_priority(self.priority)
             .with_policy(self.policy)
             .with_preemption(self.preemption)
-            .with_reserve(self.reserve);
+            .with_reserve(self.reserve)
+            .with_stopped(self.stop.stops());
         def.reclaim = self.reclaim;
         def
     }

@@ -9,7 +9,6 @@ use crate::controller::records::{
 };
 use crate::controller::sources::{Change, Input, SourceName};
 use crate::controller::writes::Write;
-use crate::core::QueueDef;
 
 impl Controller {
     pub(super) fn on_input(&mut self, input: Input) {
@@ -180,14 +179,7 @@ impl Controller {
     pub(super) fn on_queue(&mut self, change: Change<Box<QueueRecord>>) {
         match change {
             Change::Applied(rec) => {
-                let mut def = QueueDef::new(rec.name.clone())
-                    .with_priority(rec.priority)
-                    .with_policy(rec.policy)
-                    .with_preemption(rec.preemption)
-                    .with_reserve(rec.reserve)
-                    .with_stopped(rec.stop.stops());
-                def.reclaim = rec.reclaim;
-                self.core.upsert_queue(&def);
+                self.core.upsert_queue(&rec.to_def());
                 let drain = rec.stop.drains()
                     && self.queues.get(&rec.name).is_none_or(|q| !q.stop.drains());
                 let name = rec.name.clone();
