@@ -116,7 +116,7 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
 }
 
 /// The crates whose modules are checked.
-const CRATES: [&str; 7] = [
+const CRATES: [&str; 8] = [
     "core/src",
     "scheduler/src",
     "api/src",
@@ -124,6 +124,7 @@ const CRATES: [&str; 7] = [
     "bench/src",
     "certs/src",
     "visibility/src",
+    "sim/src",
 ];
 
 #[test]

@@ -15,4 +15,4 @@ mod state;
 mod unit_repair;
 pub mod writes;
 
-pub use state::{CACHES_SYNCED, Controller, FIRST_CYCLE, Settings};
+pub use state::{CACHES_SYNCED, Controller, FIRST_CYCLE, Settings, backoff_delay, jitter_seed};

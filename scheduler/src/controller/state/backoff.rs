@@ -88,7 +88,7 @@ pub fn backoff_delay(count: i32, seed: u64) -> Duration {
 }
 
 /// A seed that differs between units, attempts and (by `salt`) processes.
-pub(super) fn jitter_seed(salt: u64, key: &str, count: i32) -> u64 {
+pub fn jitter_seed(salt: u64, key: &str, count: i32) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
     (salt, key, count).hash(&mut h);

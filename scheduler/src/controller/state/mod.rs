@@ -28,6 +28,7 @@ use koord_queue_runtime::{Leadership, Readiness};
 use koord_queue_visibility::Query;
 use tokio::sync::{mpsc, watch};
 
+pub use backoff::{backoff_delay, jitter_seed};
 use decide::{Intent, OnSubmit};
 use pods::Pods;
 use repair::Repair;

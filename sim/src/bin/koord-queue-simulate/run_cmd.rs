@@ -1,0 +1,199 @@
+//! `run`: a trace against one configuration, or two side by side.
+
+use std::fmt::Write as _;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use koord_queue_core::RootCapacity;
+use koord_queue_model::{Resources, parse_duration, parse_quantity};
+use koord_queue_sim::cluster::Cluster;
+use koord_queue_sim::engine::{Latency, Settings};
+use koord_queue_sim::report::{Report, compare, html};
+use koord_queue_sim::trace::{TraceJob, read_trace};
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The cluster's objects: ElasticQuotas, Queues, the scheduler's
+    /// configuration, Nodes, PriorityClasses (YAML, multi-document or a
+    /// List; repeatable). With --compare: what both configurations share.
+    #[arg(long, num_args = 1..)]
+    objects: Vec<PathBuf>,
+    /// Two configurations (files of objects) to run on the same trace and
+    /// compare.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    compare: Vec<PathBuf>,
+    /// The trace: one job a line (docs/simulate.md).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Seed of the backoff jitter.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The JSON report.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The HTML report.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// A fixed root capacity, e.g. `cpu=600,memory=2Ti` (instead of the
+    /// configuration's rootCapacity and the objects').
+    #[arg(long)]
+    capacity: Option<String>,
+    /// The scheduler's --cycle-batch.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    cycle_batch: Duration,
+    /// The controller's housekeeping interval.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    housekeeping: Duration,
+    /// Submission → the unit waits in its queue.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    admit_latency: Duration,
+    /// Release → the job's pods run.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    start_latency: Duration,
+    /// A job's end → its quota is free.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    free_latency: Duration,
+    /// A reclaim decision → the victim's quota is free.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    evict_latency: Duration,
+    /// A backoff's end → the unit waits again.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    requeue_latency: Duration,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl RunArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            cycle_batch_ms: ms(self.cycle_batch),
+            housekeeping_ms: ms(self.housekeeping),
+            seed: self.seed,
+            latency: Latency {
+                admit_ms: ms(self.admit_latency),
+                start_ms: ms(self.start_latency),
+                free_ms: ms(self.free_latency),
+                evict_ms: ms(self.evict_latency),
+                requeue_ms: ms(self.requeue_latency),
+            },
+            bucket_ms: None,
+        }
+    }
+
+    fn cluster(&self, extra: Option<&Path>) -> Result<Cluster> {
+        let mut texts = Vec::new();
+        for path in self.objects.iter().map(PathBuf::as_path).chain(extra) {
+            texts.push(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+            );
+        }
+        let cluster = Cluster::from_yaml(&texts)?;
+        Ok(match &self.capacity {
+            Some(text) => cluster.with_capacity(RootCapacity::Limited(parse_capacity(text)?)),
+            None => cluster,
+        })
+    }
+}
+
+/// `cpu=600,memory=2Ti`.
+fn parse_capacity(text: &str) -> Result<Resources> {
+    let mut out = Resources::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = part.split_once('=') else {
+            bail!("--capacity {text:?}: expected resource=quantity[,…]");
+        };
+        out.set(name.trim(), parse_quantity(name.trim(), value.trim())?);
+    }
+    Ok(out)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Runs `trace` on `cluster`, telling the wall time on stderr.
+fn one(cluster: &Cluster, trace: &[TraceJob], settings: Settings, name: &str) -> Result<Report> {
+    let started = Instant::now();
+    let report = koord_queue_sim::simulate(cluster, trace, settings)?;
+    eprintln!(
+        "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s",
+        report.summary.jobs,
+        report.summary.cycles,
+        report.summary.events,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(report)
+}
+
+/// A few lines for the terminal.
+fn text_summary(report: &Report) -> String {
+    let mut s = String::new();
+    let m = &report.summary;
+    let _ = writeln!(
+        s,
+        "{} jobs: {} released, {} never; sent back: {} reclaimed, {} preempted, {} fair-share",
+        m.jobs, m.released, m.never_released, m.reclaimed, m.preempted, m.fair_share_reclaimed
+    );
+    let _ = writeln!(
+        s,
+        "{:<24} {:>8} {:>10} {:>10} {:>10} {:>10}",
+        "class", "jobs", "mean s", "p50 s", "p90 s", "p99 s"
+    );
+    for g in &report.by_class {
+        let t = &g.time_to_release;
+        let _ = writeln!(
+            s,
+            "{:<24} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            g.name, g.jobs, t.mean, t.p50, t.p90, t.p99
+        );
+    }
+    s
+}
+
+/// `run`.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let file = std::fs::File::open(&args.trace)
+        .with_context(|| format!("opening {}", args.trace.display()))?;
+    let trace = read_trace(BufReader::new(file))?;
+    if let [a, b] = args.compare.as_slice() {
+        let (ca, cb) = (args.cluster(Some(a))?, args.cluster(Some(b))?);
+        let (na, nb) = (a.display().to_string(), b.display().to_string());
+        let ra = one(&ca, &trace, args.settings(), &na)?;
+        let rb = one(&cb, &trace, args.settings(), &nb)?;
+        print!(
+            "A = {na}\n{}B = {nb}\n{}",
+            text_summary(&ra),
+            text_summary(&rb)
+        );
+        let c = compare::compare(&na, ra, &nb, rb);
+        let notable = c.differences.iter().filter(|d| d.notable).count();
+        println!("{notable} notable differences");
+        if let Some(path) = &args.out {
+            write(path, &serde_json::to_string_pretty(&c)?)?;
+        }
+        if let Some(path) = &args.html {
+            write(path, &html::comparison(&c))?;
+        }
+        return Ok(());
+    }
+    if args.objects.is_empty() {
+        bail!("give --objects (or --compare A B)");
+    }
+    let cluster = args.cluster(None)?;
+    let report = one(&cluster, &trace, args.settings(), "run")?;
+    print!("{}", text_summary(&report));
+    if let Some(path) = &args.out {
+        write(path, &serde_json::to_string_pretty(&report)?)?;
+    }
+    if let Some(path) = &args.html {
+        let title = format!("Koord-Queue simulation: {}", args.trace.display());
+        write(path, &html::report(&title, &report))?;
+    }
+    Ok(())
+}

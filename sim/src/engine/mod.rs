@@ -1,0 +1,523 @@
+//! The simulation: the scheduler's core driven in virtual time.
+//!
+//! The core decides everything it decides in the cluster — order, fit,
+//! reclaim, preemption, fair sharing, reserving heads — from the same
+//! configuration and plugins. What the controller adds around it is
+//! reproduced here by calling its own functions, not copies:
+//! - cycles are batched as `--cycle-batch` batches them: the first change
+//!   after a cycle starts the next one `cycle_batch_ms` later;
+//! - a reclaim or preemption victim is sent back with the controller's
+//!   backoff (`backoff_delay` with `jitter_seed`, the seed being the
+//!   controller's jitter salt), its quota freed when its job is held again,
+//!   and it waits again once its backoff is over, at the housekeeping tick
+//!   that notices it; its job starts over when released again;
+//! - a due preemption (a victim's minimum run time) or reserving head
+//!   starts a cycle at the housekeeping tick after it, as
+//!   `Controller::housekeeping` does;
+//! - a job runs its runtime (at most its bound) from its release, then its
+//!   quota is freed.
+//!
+//! API latency and the write backlog are parameters ([`Latency`], zero by
+//! default). A simulation can start from any state — jobs running with
+//! known end times, jobs waiting, jobs yet to come — so the same engine
+//! estimates when waiting units start (docs/simulate.md "Starting from a
+//! state").
+
+mod events;
+mod usage;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use koord_queue_core::{CapacitySource, Core, ReclaimKind, RootCapacity};
+use koord_queue_scheduler::controller::{backoff_delay, jitter_seed};
+
+use crate::cluster::{Cluster, ClusterError};
+use crate::job::Job;
+use events::{Calendar, Kind};
+use usage::Usage;
+pub use usage::{NodeUsage, UsageSeries};
+
+/// How the controller around the core behaves, and the latencies of the
+/// API it would talk to.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The scheduler's `--cycle-batch` (20 ms).
+    pub cycle_batch_ms: i64,
+    /// The controller's housekeeping interval (500 ms): backoffs end and
+    /// due preemptions start a cycle at its ticks.
+    pub housekeeping_ms: i64,
+    /// The seed of the backoff jitter (the controller's jitter salt).
+    pub seed: u64,
+    /// Latencies of the API, all zero by default.
+    pub latency: Latency,
+    /// Width of a usage bucket; `None`: about 1/256 of the trace's span.
+    pub bucket_ms: Option<i64>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            cycle_batch_ms: 20,
+            housekeeping_ms: 500,
+            seed: 0,
+            latency: Latency::default(),
+            bucket_ms: None,
+        }
+    }
+}
+
+/// What the API adds to each step (ms). The real system's values are
+/// measured by the benchmark (issue 40's fidelity run); zero here.
+#[derive(Clone, Debug, Default)]
+pub struct Latency {
+    /// Submission → the unit waits in its queue (webhook, unit create,
+    /// adoption).
+    pub admit_ms: i64,
+    /// Release → the job's pods run (release write, pod start).
+    pub start_ms: i64,
+    /// The job's end → its quota is free (pods gone, watch event).
+    pub free_ms: i64,
+    /// A reclaim decision → the victim's quota is free (its job held).
+    pub evict_ms: i64,
+    /// A backoff's end → the unit waits again (its Enqueued write).
+    pub requeue_ms: i64,
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnitOutcome {
+    /// Its first release (ms), if it was released.
+    pub first_release_ms: Option<i64>,
+    /// Its last release (ms).
+    pub last_release_ms: Option<i64>,
+    /// When it ended (ms), if it did within the run.
+    pub end_ms: Option<i64>,
+    /// Times released.
+    pub releases: u32,
+    /// Times reclaimed for a guaranteed unit.
+    pub reclaimed: u32,
+    /// Times preempted inside its quota.
+    pub preempted: u32,
+    /// Times reclaimed for fair sharing.
+    pub fair_share_reclaimed: u32,
+}
+
+impl UnitOutcome {
+    /// Times sent back, for any reason.
+    pub fn sent_back(&self) -> u32 {
+        self.reclaimed + self.preempted + self.fair_share_reclaimed
+    }
+}
+
+/// What a job charges: its quota's index (`None`: the root only), its
+/// request by resource index.
+type Charged = (Option<usize>, Box<[(usize, i64)]>);
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Future,
+    Waiting,
+    Holding,
+    Backoff,
+    Done,
+}
+
+/// Work done by a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Events handled.
+    pub events: u64,
+    /// Scheduling cycles run.
+    pub cycles: u64,
+    /// Time of the last event handled (ms).
+    pub end_ms: i64,
+}
+
+/// A simulation: a core, its jobs and the calendar.
+#[derive(Debug)]
+pub struct Simulation {
+    core: Core,
+    settings: Settings,
+    start_ms: i64,
+    now: i64,
+    jobs: Vec<Job>,
+    outcomes: Vec<UnitOutcome>,
+    phase: Vec<Phase>,
+    generation: Vec<u32>,
+    /// Times each job was sent back (the controller's `requeue_count`).
+    requeues: Vec<i32>,
+    /// Units in the core, by key.
+    keys: HashMap<Arc<str>, u32>,
+    calendar: Calendar,
+    cycle_due: Option<i64>,
+    tick_due: Option<i64>,
+    /// Quota names → index in `quota_names`; parents among them.
+    quota_index: HashMap<String, usize>,
+    quota_names: Vec<String>,
+    quota_parents: Vec<Option<usize>>,
+    /// Resource names → index (for usage).
+    resources: Vec<String>,
+    /// Per job: its quota's index, its request by resource index.
+    charged: Vec<Charged>,
+    /// Jobs holding from the start (`add_running`): held once the run starts.
+    running_at_start: Vec<(u32, i64)>,
+    usage: Option<Usage>,
+    root_capacity: Option<RootCapacity>,
+    stats: RunStats,
+}
+
+impl Simulation {
+    /// A simulation of `cluster` whose clock starts at `start_ms`.
+    pub fn new(cluster: &Cluster, settings: Settings, start_ms: i64) -> Result<Self, ClusterError> {
+        let core = cluster.core()?;
+        let root_capacity = match core.capacity_source() {
+            Some(CapacitySource::Fixed(r)) => Some(RootCapacity::Limited(r.clone())),
+            Some(CapacitySource::Unlimited) | None => Some(RootCapacity::Unlimited),
+            Some(CapacitySource::Auto) => cluster.auto_capacity.clone(),
+        };
+        let quota_names: Vec<String> = cluster.quotas.iter().map(|q| q.name.clone()).collect();
+        let quota_index: HashMap<String, usize> = quota_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let quota_parents = cluster
+            .quotas
+            .iter()
+            .map(|q| q.parent.as_ref().and_then(|p| quota_index.get(p).copied()))
+            .collect();
+        Ok(Self {
+            core,
+            settings,
+            start_ms,
+            now: start_ms,
+            jobs: Vec::new(),
+            outcomes: Vec::new(),
+            phase: Vec::new(),
+            generation: Vec::new(),
+            requeues: Vec::new(),
+            keys: HashMap::new(),
+            calendar: Calendar::default(),
+            cycle_due: None,
+            tick_due: None,
+            quota_index,
+            quota_names,
+            quota_parents,
+            resources: Vec::new(),
+            charged: Vec::new(),
+            running_at_start: Vec::new(),
+            usage: None,
+            root_capacity,
+            stats: RunStats::default(),
+        })
+    }
+
+    fn push_job(&mut self, job: Job) -> u32 {
+        let i = u32::try_from(self.jobs.len()).unwrap_or(u32::MAX);
+        let quota = job
+            .quota
+            .as_deref()
+            .and_then(|q| self.quota_index.get(q).copied());
+        let mut amounts = Vec::new();
+        for (name, amount) in job.request.iter() {
+            let r = match self.resources.iter().position(|n| n == name) {
+                Some(r) => r,
+                None => {
+                    self.resources.push(name.to_string());
+                    self.resources.len() - 1
+                }
+            };
+            amounts.push((r, amount));
+        }
+        self.charged.push((quota, amounts.into_boxed_slice()));
+        self.jobs.push(job);
+        self.outcomes.push(UnitOutcome::default());
+        self.phase.push(Phase::Future);
+        self.generation.push(0);
+        self.requeues.push(0);
+        i
+    }
+
+    /// Adds a job that is submitted at its `submit_ms` (one submitted
+    /// before the start waits from the start, in its place by submission).
+    /// Returns its index.
+    pub fn add_job(&mut self, job: Job) -> usize {
+        let at = (job.submit_ms + self.settings.latency.admit_ms).max(self.start_ms);
+        let i = self.push_job(job);
+        self.calendar.push(at, Kind::Arrive(i));
+        i as usize
+    }
+
+    /// Adds a job that was released at `released_ms` and holds its request
+    /// until `ends_ms` (at least the start), when its quota is free.
+    /// Returns its index.
+    pub fn add_running(&mut self, job: Job, released_ms: i64, ends_ms: i64) -> usize {
+        let i = self.push_job(job);
+        self.running_at_start.push((i, released_ms));
+        let o = &mut self.outcomes[i as usize];
+        o.first_release_ms = Some(released_ms);
+        o.last_release_ms = Some(released_ms);
+        o.releases = 1;
+        self.calendar
+            .push(ends_ms.max(self.start_ms), Kind::Finish(i, 0));
+        i as usize
+    }
+
+    /// The jobs, in the order added.
+    pub fn jobs(&self) -> &[Job] {
+        &self.jobs
+    }
+
+    /// What happened to each job, in the order added.
+    pub fn outcomes(&self) -> &[UnitOutcome] {
+        &self.outcomes
+    }
+
+    /// Quota names, in the order of the usage series' nodes (after the root).
+    pub fn quota_names(&self) -> &[String] {
+        &self.quota_names
+    }
+
+    /// Resource names, in the order of the usage series' columns.
+    pub fn resources(&self) -> &[String] {
+        &self.resources
+    }
+
+    /// The root capacity the run had (`None`: unknown).
+    pub fn root_capacity(&self) -> Option<&RootCapacity> {
+        self.root_capacity.as_ref()
+    }
+
+    /// The core, as the run left it (for reasons of units still waiting).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn start(&mut self) {
+        if self.usage.is_some() {
+            return;
+        }
+        let r = self.resources.len();
+        let min_eff = self
+            .quota_names
+            .iter()
+            .map(|name| {
+                let figures = self.core.quota_figures(name);
+                self.resources
+                    .iter()
+                    .map(|res| figures.as_ref().map_or(0, |f| f.min_effective.get(res)))
+                    .collect()
+            })
+            .collect();
+        let width = self.settings.bucket_ms.unwrap_or_else(|| {
+            let last = self
+                .jobs
+                .iter()
+                .map(|j| j.submit_ms.max(self.start_ms) + j.run_ms)
+                .max()
+                .unwrap_or(self.start_ms);
+            ((last - self.start_ms) / 256).max(1)
+        });
+        self.usage = Some(Usage::new(
+            self.start_ms,
+            width,
+            r,
+            &self.quota_parents,
+            min_eff,
+        ));
+        for (i, released_ms) in std::mem::take(&mut self.running_at_start) {
+            let job = &self.jobs[i as usize];
+            let key: Arc<str> = Arc::from(job.key());
+            if let Err(error) = self
+                .core
+                .upsert_unit(&job.unit_def())
+                .and_then(|()| self.core.hold_at(&key, &job.request, Some(released_ms)))
+            {
+                // An unschedulable unit (a bad name): it holds nothing.
+                let _ = error;
+                self.phase[i as usize] = Phase::Done;
+                continue;
+            }
+            self.keys.insert(key, i);
+            self.phase[i as usize] = Phase::Holding;
+            self.charge(i, 1);
+        }
+    }
+
+    fn charge(&mut self, i: u32, sign: i64) {
+        let (quota, amounts) = &self.charged[i as usize];
+        if let Some(usage) = self.usage.as_mut() {
+            usage.change(*quota, amounts, sign, self.now);
+        }
+    }
+
+    /// Runs until nothing is left to happen, or until `until_ms`.
+    pub fn run(&mut self, until_ms: Option<i64>) -> RunStats {
+        self.start();
+        while let Some((at, kind)) = self.calendar.pop_until(until_ms) {
+            self.now = at;
+            self.stats.events += 1;
+            self.handle(kind);
+        }
+        self.stats.end_ms = self.now;
+        self.stats
+    }
+
+    /// The usage series up to the end of the run (or `end_ms`, if later).
+    pub fn usage(&mut self, end_ms: Option<i64>) -> Option<UsageSeries> {
+        let end = end_ms.unwrap_or(self.now).max(self.now);
+        self.usage.take().map(|u| u.finish(end))
+    }
+
+    fn request_cycle(&mut self) {
+        if self.cycle_due.is_none() {
+            let at = self.now + self.settings.cycle_batch_ms;
+            self.cycle_due = Some(at);
+            self.calendar.push(at, Kind::Cycle);
+        }
+    }
+
+    /// The first housekeeping tick at or after `t`.
+    fn tick_at(&self, t: i64) -> i64 {
+        let h = self.settings.housekeeping_ms.max(1);
+        let since = (t - self.start_ms).max(0);
+        self.start_ms + (since + h - 1) / h * h
+    }
+
+    fn handle(&mut self, kind: Kind) {
+        match kind {
+            Kind::Arrive(i) => self.enqueue(i),
+            Kind::Requeue(i) if self.phase[i as usize] == Phase::Backoff => self.enqueue(i),
+            Kind::Finish(i, g) if self.holds(i, g) => {
+                self.outcomes[i as usize].end_ms = Some(self.now - self.settings.latency.free_ms);
+                self.phase[i as usize] = Phase::Done;
+                self.leave(i);
+            }
+            Kind::Evict(i, g) if self.holds(i, g) => self.evict(i),
+            Kind::Cycle => self.cycle(),
+            Kind::Tick => {
+                self.tick_due = None;
+                match self.next_due() {
+                    Some(due) if due <= self.now => self.request_cycle(),
+                    Some(due) => self.schedule_tick(due),
+                    None => {}
+                }
+            }
+            Kind::Requeue(_) | Kind::Finish(..) | Kind::Evict(..) => {}
+        }
+    }
+
+    fn holds(&self, i: u32, generation: u32) -> bool {
+        self.phase[i as usize] == Phase::Holding && self.generation[i as usize] == generation
+    }
+
+    /// The unit waits in its queue.
+    fn enqueue(&mut self, i: u32) {
+        let job = &self.jobs[i as usize];
+        let key: Arc<str> = Arc::from(job.key());
+        if self.core.upsert_unit(&job.unit_def()).is_err() {
+            // A name the core refuses: the scheduler logs it and never
+            // releases the unit.
+            self.phase[i as usize] = Phase::Done;
+            return;
+        }
+        self.keys.insert(key, i);
+        self.phase[i as usize] = Phase::Waiting;
+        self.request_cycle();
+    }
+
+    /// The unit leaves the core, its quota free.
+    fn leave(&mut self, i: u32) {
+        let key = self.jobs[i as usize].key();
+        self.core.remove_unit(&key);
+        self.keys.remove(key.as_str());
+        self.charge(i, -1);
+        self.request_cycle();
+    }
+
+    /// A reclaim victim's job is held again: its quota is free, and it
+    /// waits out the controller's backoff.
+    fn evict(&mut self, i: u32) {
+        let idx = i as usize;
+        self.generation[idx] += 1;
+        self.phase[idx] = Phase::Backoff;
+        self.leave(i);
+        let count = self.requeues[idx].saturating_add(1);
+        self.requeues[idx] = count;
+        let key = self.jobs[idx].key();
+        let delay = backoff_delay(count, jitter_seed(self.settings.seed, &key, count));
+        let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+        // Written when decided (the eviction's latency after), noticed at
+        // the housekeeping tick after it ends.
+        let decided = self.now - self.settings.latency.evict_ms;
+        let at = self.tick_at(decided.saturating_add(delay_ms)) + self.settings.latency.requeue_ms;
+        self.calendar.push(at.max(self.now), Kind::Requeue(i));
+    }
+
+    fn cycle(&mut self) {
+        self.cycle_due = None;
+        self.stats.cycles += 1;
+        self.core.set_now(self.now);
+        let out = self.core.run_cycle();
+        for decision in out.decisions {
+            let Some(&i) = self.keys.get(&decision.unit) else {
+                let _ = self.core.unreserve(&decision.unit);
+                continue;
+            };
+            let idx = i as usize;
+            self.phase[idx] = Phase::Holding;
+            self.generation[idx] += 1;
+            let o = &mut self.outcomes[idx];
+            o.first_release_ms.get_or_insert(self.now);
+            o.last_release_ms = Some(self.now);
+            o.releases += 1;
+            self.charge(i, 1);
+            let l = &self.settings.latency;
+            let end = self.now + l.start_ms + self.jobs[idx].run_ms + l.free_ms;
+            self.calendar
+                .push(end, Kind::Finish(i, self.generation[idx]));
+        }
+        for reclaim in out.reclaims {
+            let Some(&i) = self.keys.get(&reclaim.victim) else {
+                let _ = self.core.cancel_reclaim(&reclaim.victim);
+                continue;
+            };
+            let o = &mut self.outcomes[i as usize];
+            match reclaim.kind {
+                ReclaimKind::Borrowed => o.reclaimed += 1,
+                ReclaimKind::Preempted { .. } => o.preempted += 1,
+                ReclaimKind::FairShare { .. } => o.fair_share_reclaimed += 1,
+            }
+            if self.settings.latency.evict_ms == 0 {
+                self.evict(i);
+            } else {
+                let at = self.now + self.settings.latency.evict_ms;
+                self.calendar
+                    .push(at, Kind::Evict(i, self.generation[i as usize]));
+            }
+        }
+        if let Some(due) = self.next_due() {
+            self.schedule_tick(due);
+        }
+    }
+
+    /// When a preemption or a reserving head is due (the controller's
+    /// housekeeping asks the core the same).
+    fn next_due(&self) -> Option<i64> {
+        self.core
+            .next_preemption_due()
+            .into_iter()
+            .chain(self.core.next_reservation_due())
+            .min()
+    }
+
+    fn schedule_tick(&mut self, due: i64) {
+        let at = self.tick_at(due.max(self.now + 1));
+        if self.tick_due.is_none_or(|t| at < t) {
+            self.tick_due = Some(at);
+            self.calendar.push(at, Kind::Tick);
+        }
+    }
+}

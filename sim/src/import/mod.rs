@@ -1,0 +1,6 @@
+//! Traces from elsewhere: the Parallel Workloads Archive's Standard
+//! Workload Format (`swf.rs`), a live cluster (`export.rs`), the
+//! benchmark's shapes (`shape.rs`).
+
+pub mod objects;
+pub mod swf;
