@@ -17,6 +17,7 @@ pub mod engine;
 pub mod import;
 pub mod job;
 pub mod report;
+pub mod shape;
 pub mod trace;
 
 use cluster::{Cluster, ClusterError};

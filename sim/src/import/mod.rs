@@ -3,4 +3,5 @@
 //! benchmark's shapes (`shape.rs`).
 
 pub mod objects;
+pub mod shape;
 pub mod swf;

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use koord_queue_sim::import::objects::to_yaml;
+use koord_queue_sim::import::shape;
 use koord_queue_sim::import::swf::{QuotaBy, SwfOptions, objects, read_swf};
+use koord_queue_sim::shape::{Shape, parse_scale};
 use koord_queue_sim::trace::write_trace;
 
 /// The sources.
@@ -13,6 +15,27 @@ use koord_queue_sim::trace::write_trace;
 pub enum Import {
     /// A log of the Parallel Workloads Archive (Standard Workload Format).
     Swf(SwfArgs),
+    /// The benchmark's shape: the stream and quota tree `bench-e2e` runs.
+    Shape(ShapeArgs),
+}
+
+/// Arguments of `import shape`.
+#[derive(Debug, clap::Args)]
+pub struct ShapeArgs {
+    /// `1k`, `15k` (Kueue's baseline), `50k` (Kueue's large scale) or a
+    /// number of jobs, as `bench-e2e --scale`.
+    #[arg(long, default_value = "15k")]
+    scale: String,
+    /// Each job's run bound is its class's runtime times this
+    /// (`bench-e2e --run-bound-factor`).
+    #[arg(long)]
+    run_bound_factor: Option<f64>,
+    /// The trace to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// The objects to write: the quota tree and the configuration.
+    #[arg(long)]
+    objects_out: Option<PathBuf>,
 }
 
 /// Arguments of `import swf`.
@@ -58,7 +81,22 @@ fn create(path: &Path) -> Result<BufWriter<std::fs::File>> {
 pub fn run(import: Import) -> Result<()> {
     match import {
         Import::Swf(args) => swf(&args),
+        Import::Shape(args) => shape(&args),
     }
+}
+
+fn shape(args: &ShapeArgs) -> Result<()> {
+    let (jobs, queues, cohorts) = parse_scale(&args.scale)?;
+    let shape =
+        Shape::new(&args.scale, jobs, queues, cohorts)?.with_run_bounds(args.run_bound_factor);
+    let jobs = shape::trace(&shape);
+    write_trace(create(&args.out)?, &jobs)?;
+    eprintln!("{} jobs written to {}", jobs.len(), args.out.display());
+    if let Some(path) = &args.objects_out {
+        std::fs::write(path, to_yaml(&shape::objects(&shape))?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn swf(args: &SwfArgs) -> Result<()> {

@@ -3,7 +3,7 @@
 //!
 //! - `run --objects cluster.yaml --trace trace.jsonl [--out r.json] [--html r.html]`
 //! - `run --compare A.yaml B.yaml --trace trace.jsonl …`
-//! - `import swf FILE`: a trace from elsewhere.
+//! - `import swf FILE`, `import shape --scale 15k`: traces from elsewhere.
 
 mod import_cmd;
 mod run_cmd;

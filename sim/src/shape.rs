@@ -1,0 +1,434 @@
+//! The benchmark's shape: Kueue's scheduler-performance baseline (5 cohorts ×
+//! 6 ClusterQueues of nominal 20 CPU / borrowing limit 100; small, medium and
+//! large workloads) mapped onto ElasticQuotas, and the list of jobs.
+//!
+//! It lives here, and the benchmark (`koord-queue-bench`) re-exports it, so
+//! that the benchmark and the simulator (`import shape`, `import/shape.rs`)
+//! replay one stream from one definition.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+/// Label on every benchmark job (and, copied by the webhook, its QueueUnit):
+/// the job's class.
+pub const CLASS_LABEL: &str = "koord-queue-bench/class";
+
+/// The labels by which a queue system other than Koord-Queue (Kueue, in
+/// the comparison) takes a job: one names its queue, one its priority
+/// class, whose name is the job's class's. Koord-Queue reads neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLabels {
+    /// The label that names the queue, and the queue it names.
+    pub queue: (&'static str, &'static str),
+    /// The label that names the priority class.
+    pub priority_class: &'static str,
+}
+
+/// A workload class of Kueue's baseline.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Class {
+    /// Name, also the PriorityClass name.
+    pub name: &'static str,
+    /// Share of each queue's jobs (Kueue: 350 / 100 / 50 of 500).
+    pub share: f64,
+    /// Time between two creations in one queue.
+    #[serde(serialize_with = "millis")]
+    pub interval: Duration,
+    /// How long a released job runs.
+    #[serde(serialize_with = "millis")]
+    pub runtime: Duration,
+    /// PriorityClass value.
+    pub priority: i32,
+    /// CPU request of its single pod.
+    pub cpu: u32,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Kueue's three classes (test/performance/scheduler/configs/baseline).
+pub const CLASSES: [Class; 3] = [
+    Class {
+        name: "small",
+        share: 0.7,
+        interval: Duration::from_millis(100),
+        runtime: Duration::from_millis(200),
+        priority: 50,
+        cpu: 1,
+    },
+    Class {
+        name: "medium",
+        share: 0.2,
+        interval: Duration::from_millis(500),
+        runtime: Duration::from_millis(500),
+        priority: 100,
+        cpu: 5,
+    },
+    Class {
+        name: "large",
+        share: 0.1,
+        interval: Duration::from_millis(1200),
+        runtime: Duration::from_millis(1000),
+        priority: 200,
+        cpu: 20,
+    },
+];
+
+/// Guaranteed CPU of a leaf quota (Kueue: nominal quota).
+pub const LEAF_MIN_CPU: u32 = 20;
+/// Maximum CPU of a leaf quota (Kueue: nominal 20 + borrowing limit 100).
+pub const LEAF_MAX_CPU: u32 = 120;
+
+/// A leaf quota (one Kueue ClusterQueue) and its namespace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Leaf {
+    /// ElasticQuota name.
+    pub name: String,
+    /// Index of its parent in [`Shape::parents`].
+    pub parent: usize,
+    /// Namespace of its jobs.
+    pub namespace: String,
+    /// Jobs per class (same order as [`CLASSES`]).
+    pub counts: [usize; 3],
+}
+
+/// A parent quota (one Kueue cohort).
+#[derive(Clone, Debug, Serialize)]
+pub struct Parent {
+    /// ElasticQuota name.
+    pub name: String,
+    /// Its min = max, CPU: the sum of its leaves' min (Kueue: the cohort's nominal quota).
+    pub cpu: u32,
+}
+
+/// One job of the plan.
+#[derive(Clone, Debug)]
+pub struct PlannedJob {
+    /// Job name.
+    pub name: String,
+    /// Index of its leaf.
+    pub leaf: usize,
+    /// Index of its class in [`CLASSES`].
+    pub class: usize,
+    /// Place in its `(leaf, class)` arrival sequence.
+    pub seq: usize,
+    /// CPU request of its single pod (its class's in Kueue's shape).
+    pub cpu: u32,
+    /// How long it runs once released (its class's runtime in Kueue's
+    /// shape).
+    pub runtime: Duration,
+}
+
+/// The whole benchmark shape.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Scale label (`1k`, `15k`, `50k`, …).
+    pub scale: String,
+    /// Parent quotas.
+    pub parents: Vec<Parent>,
+    /// Leaf quotas.
+    pub leaves: Vec<Leaf>,
+    /// Root capacity (CPU): the sum of the leaves' min.
+    pub root_cpu: u32,
+    /// Every job.
+    pub jobs: Vec<PlannedJob>,
+    /// Labels every job manifest carries for another queue system (the
+    /// Kueue phase of the comparison); `None`: Koord-Queue's jobs.
+    pub queue_labels: Option<QueueLabels>,
+    /// Each job's `activeDeadlineSeconds` is its class's runtime times this,
+    /// rounded up to whole seconds (`--run-bound-factor`): the bound a
+    /// reserving head backfills by. `None`: unbounded, as in Kueue's shape.
+    pub run_bound_factor: Option<f64>,
+    index: HashMap<(String, String), usize>,
+    leaf_index: HashMap<String, usize>,
+}
+
+/// Jobs, queues and cohorts of a `--scale` value: `1k`, `15k` (Kueue's
+/// baseline: 30 queues in 5 cohorts) or `50k` (Kueue's large scale: 1,000
+/// queues in 10 cohorts); any other `<n>` or `<n>k` uses 30 queues in 5
+/// cohorts below 50,000 jobs and 1,000 in 10 from there.
+pub fn parse_scale(scale: &str) -> Result<(usize, usize, usize)> {
+    let s = scale.trim().to_lowercase();
+    let jobs = match s.strip_suffix('k') {
+        Some(n) => n.parse::<f64>().map(|n| (n * 1000.0).round() as usize),
+        None => s.parse::<f64>().map(|n| n.round() as usize),
+    };
+    let Ok(jobs) = jobs else {
+        bail!("--scale {scale:?}: expected e.g. 1k, 15k, 50k or a number of jobs");
+    };
+    if jobs == 0 {
+        bail!("--scale {scale:?}: at least one job");
+    }
+    Ok(if jobs >= 50_000 {
+        (jobs, 1000, 10)
+    } else {
+        (jobs, 30, 5)
+    })
+}
+
+impl Shape {
+    /// `jobs` jobs over `queues` leaf quotas in `cohorts` parents; each
+    /// queue's jobs split 70 / 20 / 10 % into small, medium and large.
+    pub fn new(scale: &str, jobs: usize, queues: usize, cohorts: usize) -> Result<Self> {
+        if queues == 0 || cohorts == 0 || cohorts > queues {
+            bail!("need 1 <= cohorts <= queues (got {cohorts} cohorts, {queues} queues)");
+        }
+        if jobs < queues {
+            bail!("need at least one job per queue ({jobs} jobs, {queues} queues)");
+        }
+        let mut leaves = Vec::with_capacity(queues);
+        let mut parent_leaves = vec![0u32; cohorts];
+        for q in 0..queues {
+            let parent = q * cohorts / queues;
+            parent_leaves[parent] += 1;
+            let n = jobs / queues + usize::from(q < jobs % queues);
+            let small = ((n as f64) * CLASSES[0].share).round() as usize;
+            let medium = ((n as f64) * CLASSES[1].share).round() as usize;
+            let large = n.saturating_sub(small + medium);
+            let name = format!("cq-{parent}-{q}");
+            leaves.push(Leaf {
+                namespace: format!("bench-{name}"),
+                name,
+                parent,
+                counts: [small, medium, large],
+            });
+        }
+        let parents = parent_leaves
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Parent {
+                name: format!("cohort-{i}"),
+                cpu: n * LEAF_MIN_CPU,
+            })
+            .collect();
+        let mut planned = Vec::with_capacity(jobs);
+        for (l, leaf) in leaves.iter().enumerate() {
+            for (c, class) in CLASSES.iter().enumerate() {
+                for seq in 0..leaf.counts[c] {
+                    planned.push(PlannedJob {
+                        name: format!("{}-{seq}", class.name),
+                        leaf: l,
+                        class: c,
+                        seq,
+                        cpu: class.cpu,
+                        runtime: class.runtime,
+                    });
+                }
+            }
+        }
+        let root_cpu = u32::try_from(queues).unwrap_or(u32::MAX) * LEAF_MIN_CPU;
+        Ok(Self::from_parts(scale, parents, leaves, root_cpu, planned))
+    }
+
+    /// A shape of any tree and jobs (another scenario than Kueue's, e.g.
+    /// the fair-sharing run): `jobs` refer to `leaves` by index, `leaves`
+    /// to `parents`.
+    pub fn from_parts(
+        scale: &str,
+        parents: Vec<Parent>,
+        leaves: Vec<Leaf>,
+        root_cpu: u32,
+        jobs: Vec<PlannedJob>,
+    ) -> Self {
+        let index = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| ((leaves[j.leaf].namespace.clone(), j.name.clone()), i))
+            .collect();
+        let leaf_index = leaves
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name.clone(), i))
+            .collect();
+        Self {
+            scale: scale.to_string(),
+            parents,
+            root_cpu,
+            leaves,
+            jobs,
+            queue_labels: None,
+            run_bound_factor: None,
+            index,
+            leaf_index,
+        }
+    }
+
+    /// The same shape with jobs queued by another queue system: its
+    /// `labels` added to every job.
+    pub fn with_queue_labels(&self, labels: QueueLabels) -> Self {
+        Self {
+            queue_labels: Some(labels),
+            ..self.clone()
+        }
+    }
+
+    /// The same shape with every job's run bounded by `factor` times its
+    /// class's runtime.
+    pub fn with_run_bounds(self, factor: Option<f64>) -> Self {
+        Self {
+            run_bound_factor: factor,
+            ..self
+        }
+    }
+
+    /// `activeDeadlineSeconds` of a job of `class`, if runs are bounded:
+    /// at least 1 (the API's minimum).
+    pub fn run_bound_seconds(&self, class: &Class) -> Option<i64> {
+        let factor = self.run_bound_factor?;
+        let seconds = (class.runtime.as_secs_f64() * factor).ceil();
+        // A float to whole seconds: `as` saturates, and the bound is small.
+        Some((seconds as i64).max(1))
+    }
+
+    /// Index of job `namespace/name`.
+    pub fn job_index(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.index
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// Index of leaf quota `name`.
+    pub fn leaf_index(&self, name: &str) -> Option<usize> {
+        self.leaf_index.get(name).copied()
+    }
+
+    /// Number of jobs per class.
+    pub fn class_counts(&self) -> [usize; 3] {
+        let mut counts = [0; 3];
+        for leaf in &self.leaves {
+            for (c, n) in leaf.counts.iter().enumerate() {
+                counts[c] += n;
+            }
+        }
+        counts
+    }
+
+    /// The Job manifest of job `i`; `suspended` sets `spec.suspend: true`
+    /// (the floor, where no webhook holds it).
+    pub fn job_manifest(&self, i: usize, suspended: bool) -> serde_json::Value {
+        let job = &self.jobs[i];
+        let class = &CLASSES[job.class];
+        let leaf = &self.leaves[job.leaf];
+        let mut manifest = serde_json::json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job.name,
+                "namespace": leaf.namespace,
+                "labels": {
+                    koord_queue_api::keys::QUOTA_NAME_LABEL: leaf.name,
+                    CLASS_LABEL: class.name,
+                },
+            },
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": { "labels": { CLASS_LABEL: class.name } },
+                    "spec": {
+                        "priorityClassName": class.name,
+                        "restartPolicy": "Never",
+                        "containers": [{
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": { "requests": { "cpu": job.cpu.to_string() } },
+                        }],
+                    },
+                },
+            },
+        });
+        if suspended {
+            manifest["spec"]["suspend"] = serde_json::Value::Bool(true);
+        }
+        if let Some(bound) = self.run_bound_seconds(class) {
+            manifest["spec"]["activeDeadlineSeconds"] = bound.into();
+        }
+        if let (Some(queue_labels), Some(labels)) = (
+            self.queue_labels,
+            manifest["metadata"]["labels"].as_object_mut(),
+        ) {
+            let (queue_label, queue) = queue_labels.queue;
+            labels.insert(queue_label.to_string(), queue.into());
+            labels.insert(queue_labels.priority_class.to_string(), class.name.into());
+        }
+        manifest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLASS_LABEL, CLASSES, QueueLabels, Result, Shape, parse_scale};
+
+    #[test]
+    fn baseline_matches_kueue() -> Result<()> {
+        let (jobs, queues, cohorts) = parse_scale("15k")?;
+        let shape = Shape::new("15k", jobs, queues, cohorts)?;
+        assert_eq!(shape.jobs.len(), 15_000);
+        assert_eq!(shape.leaves.len(), 30);
+        assert_eq!(shape.parents.len(), 5);
+        assert!(shape.parents.iter().all(|p| p.cpu == 120));
+        assert_eq!(shape.root_cpu, 600);
+        assert!(shape.leaves.iter().all(|l| l.counts == [350, 100, 50]));
+        assert_eq!(shape.class_counts(), [10_500, 3_000, 1_500]);
+        let i = shape.job_index("bench-cq-4-29", "large-49");
+        assert!(i.is_some_and(|i| shape.jobs[i].class == 2));
+        Ok(())
+    }
+
+    #[test]
+    fn other_scales() -> Result<()> {
+        let (jobs, queues, cohorts) = parse_scale("1k")?;
+        let shape = Shape::new("1k", jobs, queues, cohorts)?;
+        assert_eq!(shape.jobs.len(), 1000);
+        let (jobs, queues, cohorts) = parse_scale("50k")?;
+        assert_eq!((jobs, queues, cohorts), (50_000, 1000, 10));
+        let shape = Shape::new("50k", jobs, queues, cohorts)?;
+        assert!(shape.leaves.iter().all(|l| l.counts == [35, 10, 5]));
+        assert_eq!(shape.root_cpu, 20_000);
+        assert!(shape.parents.iter().all(|p| p.cpu == 2000));
+        assert!(parse_scale("x").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn another_queue_systems_labels_name_its_queue_and_the_class() -> Result<()> {
+        let shape = Shape::new("t", 300, 30, 5)?;
+        let labels = |s: &Shape| s.job_manifest(0, false)["metadata"]["labels"].clone();
+        assert!(labels(&shape)["q.example/queue"].is_null());
+        let queued = shape.with_queue_labels(QueueLabels {
+            queue: ("q.example/queue", "bench"),
+            priority_class: "q.example/priority",
+        });
+        let l = labels(&queued);
+        assert_eq!(l["q.example/queue"], "bench");
+        assert_eq!(l["q.example/priority"], CLASSES[queued.jobs[0].class].name);
+        assert_eq!(l[CLASS_LABEL], CLASSES[queued.jobs[0].class].name);
+        Ok(())
+    }
+
+    #[test]
+    fn run_bounds_round_up_each_class_runtime() -> Result<()> {
+        let shape = Shape::new("t", 300, 30, 5)?;
+        assert!(shape.job_manifest(0, false)["spec"]["activeDeadlineSeconds"].is_null());
+        let bounded = shape.with_run_bounds(Some(5.0));
+        let bounds: Vec<_> = CLASSES
+            .iter()
+            .map(|c| bounded.run_bound_seconds(c))
+            .collect();
+        // 200 ms, 500 ms and 1 s, five times, in whole seconds.
+        assert_eq!(bounds, [Some(1), Some(3), Some(5)]);
+        let large = bounded
+            .jobs
+            .iter()
+            .position(|j| j.class == 2)
+            .ok_or_else(|| anyhow::anyhow!("no large job"))?;
+        assert_eq!(
+            bounded.job_manifest(large, false)["spec"]["activeDeadlineSeconds"],
+            5
+        );
+        Ok(())
+    }
+}
