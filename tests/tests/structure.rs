@@ -116,7 +116,7 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
 }
 
 /// The crates whose modules are checked.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 9] = [
     "core/src",
     "scheduler/src",
     "api/src",
@@ -125,6 +125,7 @@ const CRATES: [&str; 8] = [
     "certs/src",
     "visibility/src",
     "sim/src",
+    "cli/src",
 ];
 
 #[test]
