@@ -1,0 +1,569 @@
+//! `kubectl koord-queue` (issue 41) against the real API server with the
+//! aggregation layer on, as a tenant (a ServiceAccount token bound to the
+//! built-in `view` role, which the chart's aggregated reader extends) and as
+//! the administrator: `why` on a job waiting for quota, behind a Block head,
+//! in backoff and released; `pending` in the scheduler's order; `stop`
+//! holding a queue (and `--drain` sending its running job back) and
+//! `resume` releasing it; `-o json` parsing back into the API's types; a
+//! tenant refused another namespace and a Queue with the permission named.
+//!
+//! The CLI runs in-process through `koord_queue_cli::run`, the function the
+//! binary's `main` calls. With `KOORD_QUEUE_CLI_TRANSCRIPT=<file>` every run
+//! is appended to the file (docs/cli.md's output comes from there).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running, TimeoutBackoff};
+use koord_queue_cli::{QueueSummaryList, Why};
+use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
+use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
+use koord_queue_tests::{
+    ControlPlane, fixtures, install, scheduler, shared, tenant, tools, webhook,
+};
+use koord_queue_visibility::types::PendingUnitList;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// The scheduler serving the API the APIService points at.
+static LEADER: OnceCell<scheduler::SchedulerReplica> = OnceCell::const_new();
+
+async fn setup() -> &'static ControlPlane {
+    let cp = shared::tier2().await.unwrap();
+    LEADER
+        .get_or_init(|| async {
+            install_reader_role(cp).await;
+            webhook::start_and_register(cp).await.unwrap();
+            let args =
+                visibility::with_visibility(scheduler::test_args("cli-scheduler"), cp).unwrap();
+            let leader = scheduler::start_leader(cp, args).await.unwrap();
+            let port = leader.visibility_addr.expect("served").port();
+            visibility::register(cp, port).await.unwrap();
+            leader
+        })
+        .await;
+    cp
+}
+
+/// The chart's ClusterRoles of the visibility API (the aggregated reader).
+async fn install_reader_role(cp: &ControlPlane) {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/koord-queue");
+    let out = std::process::Command::new(tools::path(tools::Tool::Helm).unwrap())
+        .args(["template", "koord-queue", chart, "-n", "koord-queue"])
+        .args(["--show-only", "templates/visibility.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let roles = Api::<ClusterRole>::all(cp.client().await.unwrap());
+    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
+        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if value["kind"] == "ClusterRole" {
+            let role: ClusterRole = serde_json::from_value(value).unwrap();
+            let name = role.metadata.name.clone().unwrap();
+            let apply = PatchParams::apply("koord-queue-tests").force();
+            roles
+                .patch(&name, &apply, &Patch::Apply(&role))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// A tenant's namespace with a quota of `cpu` (policy `policy`), the tenant
+/// bound to `view` there; returns the quota, the namespace and the tenant's
+/// kubeconfig.
+async fn tenant(
+    cp: &ControlPlane,
+    prefix: &str,
+    cpu: &str,
+    policy: Option<&str>,
+) -> (String, String, PathBuf) {
+    let quota = fixtures::unique_name(&format!("{prefix}q"));
+    e2e::create_quota(
+        &cp.client().await.unwrap(),
+        &quota,
+        None,
+        false,
+        cpu,
+        cpu,
+        policy,
+    )
+    .await
+    .unwrap();
+    let ns = fixtures::unique_name(prefix);
+    tenant::tenant_namespace(cp, &ns, None).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "tenant-view" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view" },
+        "subjects": [{ "kind": "ServiceAccount", "name": tenant::TENANT, "namespace": ns }],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(cp.client().await.unwrap(), &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let kubeconfig =
+        install::service_account_kubeconfig(cp, &ns, tenant::TENANT, Duration::from_secs(3600))
+            .await
+            .unwrap();
+    (quota, ns, kubeconfig)
+}
+
+/// Creates jobs `(name, cpu, run_for)` in `ns` charged to `quota`, one
+/// creation second apart (the serving order is the creation order).
+async fn jobs(cp: &ControlPlane, ns: &str, quota: &str, jobs: &[(&str, &str, &str)]) {
+    for (name, cpu, run_for) in jobs {
+        kubectl_create_job(cp, ns, &job_yaml(name, quota, cpu, run_for))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+}
+
+/// One run of the CLI.
+#[derive(Debug)]
+struct Run {
+    code: u8,
+    out: String,
+    err: String,
+}
+
+/// Runs `kubectl koord-queue <args>` with `kubeconfig`.
+async fn cli(kubeconfig: &Path, args: &[&str]) -> Run {
+    let mut argv = vec!["kubectl-koord_queue".to_string(), "--kubeconfig".into()];
+    argv.push(kubeconfig.display().to_string());
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = koord_queue_cli::run(argv, &mut out, &mut err).await;
+    let run = Run {
+        code,
+        out: String::from_utf8(out).unwrap(),
+        err: String::from_utf8(err).unwrap(),
+    };
+    if let Ok(path) = std::env::var("KOORD_QUEUE_CLI_TRANSCRIPT") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        let text = format!(
+            "$ kubectl koord-queue {}\n{}{}(exit {})\n\n",
+            args.join(" "),
+            run.out,
+            run.err,
+            run.code
+        );
+        f.write_all(text.as_bytes()).unwrap();
+    }
+    run
+}
+
+/// [`cli`] that must succeed.
+async fn ok(kubeconfig: &Path, args: &[&str]) -> Run {
+    let run = cli(kubeconfig, args).await;
+    assert_eq!(run.code, 0, "{args:?}: {run:?}");
+    run
+}
+
+/// The unit name of job `job` in `ns`.
+async fn unit_name(cp: &ControlPlane, ns: &str, job: &str) -> String {
+    let admin = cp.client().await.unwrap();
+    e2e::unit_of_job(&admin, ns, job)
+        .await
+        .unwrap()
+        .expect("a unit")
+        .metadata
+        .name
+        .unwrap()
+}
+
+#[tokio::test]
+async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
+    let cp = setup().await;
+    let admin_cfg = cp.kubeconfig();
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant_cfg) = tenant(cp, "cliq", "1", None).await;
+    jobs(
+        cp,
+        &ns,
+        &quota,
+        &[("j1", "1", "1h"), ("j2", "1", "1h"), ("j3", "1", "1h")],
+    )
+    .await;
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    for j in ["j2", "j3"] {
+        wait_phase(&admin, &ns, j, &[Enqueued], LONG).await.unwrap();
+    }
+    let j2 = unit_name(cp, &ns, "j2").await;
+
+    // The tenant: the reason with its figures, the quota that stops it,
+    // its place, what is ahead (from its own namespace, said so).
+    let run = ok(&tenant_cfg, &["why", "job/j3", "-n", &ns]).await;
+    let text = &run.out;
+    assert!(text.contains("Reason:    QuotaExceeded"), "{text}");
+    assert!(
+        text.contains(&format!("short of cpu by 1 on quota {quota}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Position:  2 in queue {quota} (1 ahead)")),
+        "{text}"
+    );
+    assert!(text.contains("◀ stops it"), "{text}");
+    assert!(text.contains(&j2), "the unit ahead is listed: {text}");
+    assert!(
+        text.contains("only your namespace's units ahead are listed"),
+        "{text}"
+    );
+    assert!(text.contains("Last events on the job:"), "{text}");
+
+    // The administrator reads the Queue's backlog: no such note.
+    let run = ok(admin_cfg, &["why", "job/j3", "-n", &ns]).await;
+    assert!(
+        run.out.contains(&j2) && !run.out.contains("only your namespace"),
+        "{}",
+        run.out
+    );
+
+    // -o json parses back, and says what the visibility API says.
+    let run = ok(&tenant_cfg, &["why", "job/j3", "-n", &ns, "-o", "json"]).await;
+    let why: Why = serde_json::from_str(&run.out).unwrap();
+    let (_, list) = get(&admin, &namespace_path(&ns)).await.unwrap();
+    let entry = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["metadata"]["name"] == json!(why.unit.name))
+        .unwrap();
+    let pending = why.pending.as_ref().expect("it waits");
+    assert_eq!(json!(pending.position), entry["position"]);
+    assert_eq!(json!(pending.reason.kind), entry["reason"]["type"]);
+    assert_eq!(
+        why.quota_path.first().map(|q| q.metadata.name.as_str()),
+        Some(quota.as_str())
+    );
+
+    // Released: its phase, no reason.
+    let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns]).await;
+    assert!(
+        run.out.contains("Phase:     Running: not waiting"),
+        "{}",
+        run.out
+    );
+    assert!(!run.out.contains("Reason:"), "{}", run.out);
+    // The unit itself may be named too.
+    let run = ok(&tenant_cfg, &["why", &format!("qu/{j2}"), "-n", &ns]).await;
+    assert!(run.out.contains("Position:  1 in queue"), "{}", run.out);
+}
+
+#[tokio::test]
+async fn why_a_job_waits_behind_a_block_head() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant_cfg) = tenant(cp, "clib", "2", Some("Block")).await;
+    // j1 holds 1 of 2; j2 (2) does not fit and stops the queue; j3 (1)
+    // would fit but waits behind it.
+    jobs(
+        cp,
+        &ns,
+        &quota,
+        &[("j1", "1", "1h"), ("j2", "2", "1h"), ("j3", "1", "1h")],
+    )
+    .await;
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    let head = unit_name(cp, &ns, "j2").await;
+    fixtures::eventually(LONG, || {
+        let cfg = tenant_cfg.clone();
+        let ns = ns.clone();
+        let head = head.clone();
+        async move {
+            let run = cli(&cfg, &["why", "job/j3", "-n", &ns]).await;
+            Ok(run.out.contains("Reason:    BehindHead")
+                && run.out.contains(&format!("waiting behind {ns}/{head}")))
+        }
+    })
+    .await
+    .expect("j3 waits behind the Block head");
+}
+
+#[tokio::test]
+async fn pending_lists_in_the_schedulers_order_and_json_round_trips() {
+    let cp = setup().await;
+    let admin_cfg = cp.kubeconfig();
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant_cfg) = tenant(cp, "clip", "1", None).await;
+    jobs(
+        cp,
+        &ns,
+        &quota,
+        &[
+            ("j1", "1", "1h"),
+            ("j2", "1", "1h"),
+            ("j3", "1", "1h"),
+            ("j4", "1", "1h"),
+        ],
+    )
+    .await;
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    for j in ["j2", "j3", "j4"] {
+        wait_phase(&admin, &ns, j, &[Enqueued], LONG).await.unwrap();
+    }
+    // The tenant's namespace, as JSON: the visibility API's list itself.
+    let run = ok(&tenant_cfg, &["pending", "-n", &ns, "-o", "json"]).await;
+    let mine: PendingUnitList = serde_json::from_str(&run.out).unwrap();
+    let (_, api) = get(&admin, &namespace_path(&ns)).await.unwrap();
+    let api: PendingUnitList = serde_json::from_value(api).unwrap();
+    assert_eq!(mine.items, api.items);
+    let order: Vec<String> = mine.items.iter().map(|p| p.metadata.name.clone()).collect();
+    let positions: Vec<Option<u64>> = mine.items.iter().map(|p| p.position).collect();
+    assert_eq!(positions, [Some(1), Some(2), Some(3)]);
+    // The table lists them in that order.
+    let table = ok(&tenant_cfg, &["pending", "-n", &ns]).await.out;
+    let at: Vec<usize> = order
+        .iter()
+        .map(|n| table.find(n.as_str()).expect(n))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{table}");
+    assert!(
+        table.starts_with("NAME ") && table.contains("QuotaExceeded"),
+        "{table}"
+    );
+    // The administrator: the Queue's backlog, as the API serves it.
+    let run = ok(admin_cfg, &["pending", "--queue", &quota, "-o", "json"]).await;
+    let backlog: PendingUnitList = serde_json::from_str(&run.out).unwrap();
+    let (_, api) = get(&admin, &queue_path(&quota)).await.unwrap();
+    assert_eq!(
+        backlog
+            .items
+            .iter()
+            .map(|p| p.metadata.name.clone())
+            .collect::<Vec<_>>(),
+        names(&api)
+    );
+    let run = ok(admin_cfg, &["pending", "--queue", &quota, "-o", "name"]).await;
+    assert_eq!(run.out.lines().count(), 3, "{}", run.out);
+    // An empty namespace: nothing on stdout, a sentence on stderr.
+    let (_, empty_ns, empty_cfg) = tenant(cp, "clie", "1", None).await;
+    let run = ok(&empty_cfg, &["pending", "-n", &empty_ns]).await;
+    assert_eq!(run.out, "");
+    assert!(run.err.contains("No pending units"), "{}", run.err);
+}
+
+#[tokio::test]
+async fn a_tenant_is_refused_another_namespace_and_a_queue_with_the_permission_named() {
+    let cp = setup().await;
+    let (quota, _ns, tenant_cfg) = tenant(cp, "clir", "1", None).await;
+    let (_, other, _) = tenant(cp, "clio", "1", None).await;
+    let run = cli(&tenant_cfg, &["pending", "-n", &other]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.out, "");
+    assert!(
+        run.err.contains(&format!(
+            "forbidden: you need permission to list pendingunits.visibility.koord-queue.io in namespace {other}"
+        )),
+        "{}",
+        run.err
+    );
+    assert!(
+        run.err.contains(&format!(
+            "kubectl auth can-i list pendingunits.visibility.koord-queue.io -n {other}"
+        )),
+        "{}",
+        run.err
+    );
+    let run = cli(&tenant_cfg, &["pending", "--queue", &quota]).await;
+    assert_eq!(run.code, 1);
+    assert!(
+        run.err.contains(&format!(
+            "get queues/pendingunits.visibility.koord-queue.io named {quota}"
+        )),
+        "{}",
+        run.err
+    );
+    let run = cli(&tenant_cfg, &["stop", &quota]).await;
+    assert_eq!(run.code, 1);
+    assert!(
+        run.err.contains(&format!(
+            "patch queues.scheduling.x-k8s.io named {quota} in namespace koord-queue"
+        )),
+        "{}",
+        run.err
+    );
+    // A bad command line is exit code 2.
+    let run = cli(&tenant_cfg, &["why", "nokind/x"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+}
+
+#[tokio::test]
+async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
+    let cp = setup().await;
+    let admin_cfg = cp.kubeconfig();
+    let admin = cp.client().await.unwrap();
+    let (held_q, ns, tenant_cfg) = tenant(cp, "clis", "2", None).await;
+    let other_q = fixtures::unique_name("clisq-other");
+    e2e::create_quota(&admin, &other_q, None, false, "2", "2", None)
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || {
+        let cfg = admin_cfg.to_path_buf();
+        let q = held_q.clone();
+        async move { Ok(cli(&cfg, &["stop", &q]).await.code == 0) }
+    })
+    .await
+    .expect("the scheduler's Queue of the quota exists and is stopped");
+    let run = ok(admin_cfg, &["queues", "-o", "json"]).await;
+    let queues: QueueSummaryList = serde_json::from_str(&run.out).unwrap();
+    let mine = queues.items.iter().find(|q| q.name == held_q).unwrap();
+    assert_eq!(mine.stop_policy.as_deref(), Some("Hold"));
+    let table = ok(admin_cfg, &["queues"]).await.out;
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{held_q} ")))
+        .unwrap();
+    assert!(row.ends_with("Hold"), "{table}");
+
+    // A job behind the stopped queue waits; one of another queue is released.
+    jobs(cp, &ns, &held_q, &[("held", "1", "1h")]).await;
+    jobs(cp, &ns, &other_q, &[("free", "1", "1h")]).await;
+    wait_phase(&admin, &ns, "free", &[Running], LONG)
+        .await
+        .unwrap();
+    fixtures::eventually(LONG, || {
+        let cfg = tenant_cfg.clone();
+        let ns = ns.clone();
+        async move {
+            let run = cli(&cfg, &["why", "job/held", "-n", &ns]).await;
+            Ok(run.out.contains("Reason:    QueueStopped"))
+        }
+    })
+    .await
+    .expect("the held job says its queue is stopped");
+    // It stays held: a few more cycles release nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        e2e::phase_of(&admin, &ns, "held").await.unwrap(),
+        Some(Enqueued)
+    );
+    assert!(e2e::job_suspended(&admin, &ns, "held").await.unwrap());
+
+    // Resumed: released.
+    let run = ok(admin_cfg, &["resume", &held_q]).await;
+    assert!(run.out.contains("resumed"), "{}", run.out);
+    wait_phase(&admin, &ns, "held", &[Running], LONG)
+        .await
+        .unwrap();
+    let run = ok(admin_cfg, &["queues", "-o", "json"]).await;
+    let queues: QueueSummaryList = serde_json::from_str(&run.out).unwrap();
+    assert_eq!(
+        queues
+            .items
+            .iter()
+            .find(|q| q.name == held_q)
+            .unwrap()
+            .stop_policy,
+        None
+    );
+}
+
+#[tokio::test]
+async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
+    let cp = setup().await;
+    let admin_cfg = cp.kubeconfig();
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant_cfg) = tenant(cp, "clid", "1", None).await;
+    jobs(cp, &ns, &quota, &[("j1", "1", "1h")]).await;
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    let run = ok(admin_cfg, &["stop", &quota, "--drain"]).await;
+    assert!(run.out.contains("HoldAndDrain"), "{}", run.out);
+    wait_phase(&admin, &ns, "j1", &[TimeoutBackoff], LONG)
+        .await
+        .unwrap();
+    assert!(e2e::job_suspended(&admin, &ns, "j1").await.unwrap());
+    // In backoff: why says so, with when it is back in line.
+    let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns]).await;
+    assert!(run.out.contains("Reason:    Backoff"), "{}", run.out);
+    assert!(
+        run.out.contains("Estimate:  back in line at"),
+        "{}",
+        run.out
+    );
+    let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns, "-o", "json"]).await;
+    let why: Why = serde_json::from_str(&run.out).unwrap();
+    assert!(why.estimated_start.is_some(), "{why:?}");
+    assert!(why.message.unwrap_or_default().contains("QueueDrained") || why.pending.is_some());
+    // Back from its backoff, it waits in the stopped queue; resumed, it runs.
+    wait_phase(&admin, &ns, "j1", &[Enqueued], LONG)
+        .await
+        .unwrap();
+    ok(admin_cfg, &["resume", &quota]).await;
+    wait_phase(&admin, &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn quotas_queues_and_version_read_as_each_may() {
+    let cp = setup().await;
+    let admin_cfg = cp.kubeconfig();
+    let (quota, ns, tenant_cfg) = tenant(cp, "cliv", "2", None).await;
+    jobs(cp, &ns, &quota, &[("j1", "1", "1h")]).await;
+    wait_phase(&cp.client().await.unwrap(), &ns, "j1", &[Running], LONG)
+        .await
+        .unwrap();
+    // The tenant may not list every quota: the ones serving its namespace.
+    let run = ok(&tenant_cfg, &["quotas", "-n", &ns, "-o", "wide"]).await;
+    let row = run
+        .out
+        .lines()
+        .find(|l| l.starts_with(&quota))
+        .expect("its quota");
+    assert!(row.contains("cpu=1"), "{}", run.out);
+    let run = ok(&tenant_cfg, &["quotas"]).await;
+    assert!(
+        run.err.contains("showing the quotas serving namespace"),
+        "{run:?}"
+    );
+    // The administrator sees them all; JSON is the API's list.
+    let run = ok(admin_cfg, &["quotas", "-o", "json"]).await;
+    let list: koord_queue_visibility::types::QuotaUsageList =
+        serde_json::from_str(&run.out).unwrap();
+    let mine = list
+        .items
+        .iter()
+        .find(|q| q.metadata.name == quota)
+        .unwrap();
+    assert_eq!(mine.used.get("cpu").map(String::as_str), Some("1"));
+    let run = ok(admin_cfg, &["queues"]).await;
+    assert!(
+        run.out.starts_with("NAME ") && run.out.contains(&quota),
+        "{}",
+        run.out
+    );
+    // The client's version; no scheduler Deployment here.
+    let run = ok(&tenant_cfg, &["version"]).await;
+    assert!(run.out.starts_with("Client Version: 0."), "{}", run.out);
+    assert!(
+        run.out.contains("Scheduler Version: unknown"),
+        "{}",
+        run.out
+    );
+}
