@@ -7,7 +7,7 @@ export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 # rerun when it changes (checkouts sharing a target directory, as CI's).
 export KOORD_QUEUE_SOURCE_DIR := $(CURDIR)
 
-.PHONY: help provision crds build lint test cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push
+.PHONY: help provision crds build lint test cli cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ lint: ## rustfmt and clippy (warnings are errors)
 
 test: provision ## Provision what is missing, then run every test of the workspace
 	$(CARGO) test --workspace
+
+cli: ## The kubectl plugin kubectl-koord_queue: a static release binary, its archive per platform and the krew manifest, into <target dir>/cli
+	@CARGO=$(CARGO) cli/package.sh
 
 images: ## Build the three images as OCI archives into <target dir>/images (buildah, podman or docker; installs buildah when none works)
 	@CARGO=$(CARGO) images/build.sh

@@ -30,9 +30,11 @@ pub async fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
         namespaces: g.all_namespaces,
     };
     match &cli.command {
-        Command::Completion { shell } => {
-            completion(*shell, out);
-            return Ok(());
+        Command::Completion { shell } => return completion(*shell, out),
+        // A target that names no queued kind is a usage error, found before
+        // any connection is made.
+        Command::Why { target } => {
+            why::resolve(target)?;
         }
         Command::Version => {
             // The client's version needs no cluster.
@@ -99,12 +101,17 @@ pub async fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
 /// Writes the completion script of `shell` for the binary's name (kubectl
 /// completes a plugin's arguments through `kubectl_complete-koord_queue`,
 /// see docs/cli.md).
-fn completion(shell: Shell, out: &mut dyn Write) {
+fn completion(shell: Shell, out: &mut dyn Write) -> Result<(), CliError> {
     let shell = match shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "kubectl-koord_queue", out);
+    // Into a buffer first: clap_complete panics on a failed write (a
+    // closed pipe); ours reports it.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "kubectl-koord_queue", &mut script);
+    out.write_all(&script)?;
+    Ok(())
 }
