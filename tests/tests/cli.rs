@@ -117,6 +117,12 @@ async fn tenant(
         install::service_account_kubeconfig(cp, &ns, tenant::TENANT, Duration::from_secs(3600))
             .await
             .unwrap();
+    // A tenant's context names its namespace, as a platform team hands it out.
+    let mut config: Value = serde_yaml::from_slice(&std::fs::read(&kubeconfig).unwrap()).unwrap();
+    for context in config["contexts"].as_array_mut().unwrap() {
+        context["context"]["namespace"] = json!(ns);
+    }
+    std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
     (quota, ns, kubeconfig)
 }
 
