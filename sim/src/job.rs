@@ -39,8 +39,11 @@ pub struct Job {
     pub max_run_ms: Option<i64>,
     /// Total request of its pod sets.
     pub request: Resources,
-    /// Labels of its unit.
-    pub labels: BTreeMap<String, String>,
+    /// Labels of its unit (shared: jobs of a trace repeat a few sets).
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// Its submission to its release in the real system, when the trace
+    /// says.
+    pub observed_wait_ms: Option<i64>,
 }
 
 impl Job {
@@ -59,7 +62,7 @@ impl Job {
             created_ms: self.submit_ms,
             request: self.request.clone(),
             quota: self.quota.as_deref().map(str::to_string),
-            labels: self.labels.clone(),
+            labels: BTreeMap::clone(&self.labels),
             max_run_ms: self.max_run_ms,
         }
     }
@@ -69,6 +72,7 @@ impl Job {
 #[derive(Debug, Default)]
 pub struct JobBuilder {
     names: HashMap<Box<str>, Arc<str>>,
+    labels: HashMap<BTreeMap<String, String>, Arc<BTreeMap<String, String>>>,
     priorities: HashMap<String, i32>,
 }
 
@@ -77,8 +81,18 @@ impl JobBuilder {
     pub fn new(priorities: HashMap<String, i32>) -> Self {
         Self {
             names: HashMap::new(),
+            labels: HashMap::new(),
             priorities,
         }
+    }
+
+    fn labels(&mut self, labels: &BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
+        if let Some(shared) = self.labels.get(labels) {
+            return shared.clone();
+        }
+        let shared = Arc::new(labels.clone());
+        self.labels.insert(labels.clone(), shared.clone());
+        shared
     }
 
     fn name(&mut self, name: &str) -> Arc<str> {
@@ -152,7 +166,12 @@ impl JobBuilder {
             bounded_out: deadline_ms.is_some_and(|d| d < t.runtime_ms),
             max_run_ms: max_run_ms(t.run_bound_seconds, grace.unwrap_or(DEFAULT_GRACE_SECONDS)),
             request,
-            labels: t.labels.clone(),
+            labels: self.labels(&t.labels),
+            observed_wait_ms: t
+                .observed
+                .as_ref()
+                .and_then(|o| o.release_ms)
+                .map(|r| r - t.submit_ms),
         })
     }
 }

@@ -20,11 +20,14 @@ pub mod report;
 pub mod shape;
 pub mod trace;
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
 use cluster::{Cluster, ClusterError};
 use engine::{Settings, Simulation};
 use job::JobBuilder;
 use report::Report;
-use trace::TraceJob;
+use trace::{TraceError, TraceJob};
 
 /// Why a simulation cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +35,9 @@ pub enum SimError {
     /// The cluster's objects.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The trace cannot be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
     /// A job of the trace.
     #[error("trace job {index} ({name}): {reason}")]
     Job {
@@ -44,51 +50,62 @@ pub enum SimError {
     },
 }
 
-/// A simulation of `trace` on `cluster`, its jobs added, not yet run.
+/// A simulation of the jobs of `trace` (read as they come: a trace file is
+/// not held whole) on `cluster`, its jobs added, not yet run.
 pub fn prepare(
     cluster: &Cluster,
-    trace: &[TraceJob],
+    trace: impl IntoIterator<Item = Result<TraceJob, TraceError>>,
     settings: Settings,
 ) -> Result<Simulation, SimError> {
-    let start = trace.iter().map(|t| t.submit_ms).min().unwrap_or(0);
-    let mut sim = Simulation::new(cluster, settings, start)?;
+    let mut sim = Simulation::new(cluster, settings)?;
     let mut builder = JobBuilder::new(cluster.priority_classes.clone());
-    let mut seen = std::collections::HashSet::new();
-    for (index, t) in trace.iter().enumerate() {
-        let job = builder.build(t, index).map_err(|reason| SimError::Job {
+    // Jobs by the hash of their key: a million keys are not kept twice.
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for (index, t) in trace.into_iter().enumerate() {
+        let t = t?;
+        let job = builder.build(&t, index).map_err(|reason| SimError::Job {
             index,
             name: t.name.clone().unwrap_or_default(),
             reason,
         })?;
-        if !seen.insert(job.key()) {
+        let key = job.key();
+        let hash = {
+            let mut h = std::hash::DefaultHasher::new();
+            key.hash(&mut h);
+            h.finish()
+        };
+        if let Some(&earlier) = seen.get(&hash)
+            && sim.jobs()[earlier].key() == key
+        {
             return Err(SimError::Job {
                 index,
                 name: job.name.to_string(),
                 reason: "a job of this namespace and name comes earlier in the trace".into(),
             });
         }
-        sim.add_job(job);
+        let i = sim.add_job(job);
+        seen.entry(hash).or_insert(i);
     }
     Ok(sim)
 }
 
-/// Runs `trace` on `cluster` to its end and reports.
-pub fn simulate(
+/// Runs the jobs of `trace` on `cluster` to the end and reports.
+pub fn simulate_stream(
     cluster: &Cluster,
-    trace: &[TraceJob],
+    trace: impl IntoIterator<Item = Result<TraceJob, TraceError>>,
     settings: Settings,
 ) -> Result<Report, SimError> {
     let seed = settings.seed;
     let mut sim = prepare(cluster, trace, settings)?;
     let run = sim.run(None);
-    let observed: Vec<Option<i64>> = trace
-        .iter()
-        .map(|t| {
-            t.observed
-                .as_ref()
-                .and_then(|o| o.release_ms)
-                .map(|r| r - t.submit_ms)
-        })
-        .collect();
-    Ok(report::build(&mut sim, cluster, run, seed, &observed))
+    Ok(report::build(&mut sim, cluster, run, seed))
+}
+
+/// [`simulate_stream`] of jobs in memory.
+pub fn simulate(
+    cluster: &Cluster,
+    trace: &[TraceJob],
+    settings: Settings,
+) -> Result<Report, SimError> {
+    simulate_stream(cluster, trace.iter().cloned().map(Ok), settings)
 }

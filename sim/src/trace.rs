@@ -127,23 +127,31 @@ pub enum TraceError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads a trace: one JSON job a line; blank lines and lines starting with
-/// `#` are skipped.
+/// The jobs of a trace, one JSON job a line, read as they are asked for
+/// (a million-job trace is not held whole); blank lines and lines starting
+/// with `#` are skipped.
+pub fn trace_jobs(reader: impl BufRead) -> impl Iterator<Item = Result<TraceJob, TraceError>> {
+    reader
+        .lines()
+        .enumerate()
+        .filter_map(|(i, line)| match line {
+            Err(e) => Some(Err(TraceError::Io(e))),
+            Ok(line) => {
+                let text = line.trim();
+                if text.is_empty() || text.starts_with('#') {
+                    return None;
+                }
+                Some(serde_json::from_str(text).map_err(|e| TraceError::Line {
+                    line: i + 1,
+                    reason: e.to_string(),
+                }))
+            }
+        })
+}
+
+/// Reads a whole trace (see [`trace_jobs`]).
 pub fn read_trace(reader: impl BufRead) -> Result<Vec<TraceJob>, TraceError> {
-    let mut jobs = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line?;
-        let text = line.trim();
-        if text.is_empty() || text.starts_with('#') {
-            continue;
-        }
-        let job: TraceJob = serde_json::from_str(text).map_err(|e| TraceError::Line {
-            line: i + 1,
-            reason: e.to_string(),
-        })?;
-        jobs.push(job);
-    }
-    Ok(jobs)
+    trace_jobs(reader).collect()
 }
 
 /// Writes a trace, one job a line.

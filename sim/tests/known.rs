@@ -51,7 +51,7 @@ fn job(name: &str, quota: &str, cpu: i64, submit_ms: i64, runtime_ms: i64) -> Tr
 }
 
 fn releases(cluster: &Cluster, trace: &[TraceJob]) -> Vec<Option<i64>> {
-    let mut sim = prepare(cluster, trace, Settings::default()).unwrap();
+    let mut sim = prepare(cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
     sim.run(None);
     sim.outcomes().iter().map(|o| o.first_release_ms).collect()
 }
@@ -97,7 +97,7 @@ fn a_guaranteed_job_reclaims_what_another_quota_borrows() {
         job("big", "a", 4, 0, 60_000),
         job("mine", "b", 2, 1_000, 5_000),
     ];
-    let mut sim = prepare(&cluster, &trace, Settings::default()).unwrap();
+    let mut sim = prepare(&cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
     sim.run(None);
     let (big, mine) = (&sim.outcomes()[0], &sim.outcomes()[1]);
     assert_eq!(big.reclaimed, 1);
@@ -121,7 +121,8 @@ fn a_run_starts_from_a_given_state() {
     // What the scheduler's estimate does: a job running until 5 s, one
     // waiting since before the start — it is released when the first ends.
     let cluster = two_quotas("2");
-    let mut sim = Simulation::new(&cluster, Settings::default(), 1_000).unwrap();
+    let mut sim = Simulation::new(&cluster, Settings::default()).unwrap();
+    sim.start_at(1_000);
     let mut jobs = JobBuilder::default();
     let running = jobs.build(&job("r", "a", 2, 0, 0), 0).unwrap();
     let waiting = jobs.build(&job("w", "a", 2, 500, 3_000), 1).unwrap();

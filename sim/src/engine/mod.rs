@@ -140,7 +140,11 @@ pub struct RunStats {
 pub struct Simulation {
     core: Core,
     settings: Settings,
+    /// The clock's start: given ([`Simulation::start_at`]), else the first
+    /// submission; fixed when the run starts.
+    start: Option<i64>,
     start_ms: i64,
+    first_submit: Option<i64>,
     now: i64,
     jobs: Vec<Job>,
     outcomes: Vec<UnitOutcome>,
@@ -169,8 +173,9 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// A simulation of `cluster` whose clock starts at `start_ms`.
-    pub fn new(cluster: &Cluster, settings: Settings, start_ms: i64) -> Result<Self, ClusterError> {
+    /// A simulation of `cluster`; its clock starts at the first submission
+    /// unless [`Simulation::start_at`] says otherwise.
+    pub fn new(cluster: &Cluster, settings: Settings) -> Result<Self, ClusterError> {
         let core = cluster.core()?;
         let root_capacity = match core.capacity_source() {
             Some(CapacitySource::Fixed(r)) => Some(RootCapacity::Limited(r.clone())),
@@ -191,8 +196,10 @@ impl Simulation {
         Ok(Self {
             core,
             settings,
-            start_ms,
-            now: start_ms,
+            start: None,
+            start_ms: 0,
+            first_submit: None,
+            now: 0,
             jobs: Vec::new(),
             outcomes: Vec::new(),
             phase: Vec::new(),
@@ -214,8 +221,23 @@ impl Simulation {
         })
     }
 
+    /// Starts the clock at `start_ms` (the scheduler's now, for an
+    /// estimate): jobs submitted before wait from then, in their order.
+    pub fn start_at(&mut self, start_ms: i64) {
+        self.start = Some(start_ms);
+    }
+
+    /// When the clock starts (as fixed by the run).
+    pub fn start_ms(&self) -> i64 {
+        self.start_ms
+    }
+
     fn push_job(&mut self, job: Job) -> u32 {
         let i = u32::try_from(self.jobs.len()).unwrap_or(u32::MAX);
+        self.first_submit = Some(
+            self.first_submit
+                .map_or(job.submit_ms, |f| f.min(job.submit_ms)),
+        );
         let quota = job
             .quota
             .as_deref()
@@ -244,7 +266,7 @@ impl Simulation {
     /// before the start waits from the start, in its place by submission).
     /// Returns its index.
     pub fn add_job(&mut self, job: Job) -> usize {
-        let at = (job.submit_ms + self.settings.latency.admit_ms).max(self.start_ms);
+        let at = job.submit_ms + self.settings.latency.admit_ms;
         let i = self.push_job(job);
         self.calendar.push(at, Kind::Arrive(i));
         i as usize
@@ -260,8 +282,7 @@ impl Simulation {
         o.first_release_ms = Some(released_ms);
         o.last_release_ms = Some(released_ms);
         o.releases = 1;
-        self.calendar
-            .push(ends_ms.max(self.start_ms), Kind::Finish(i, 0));
+        self.calendar.push(ends_ms, Kind::Finish(i, 0));
         i as usize
     }
 
@@ -299,6 +320,8 @@ impl Simulation {
         if self.usage.is_some() {
             return;
         }
+        self.start_ms = self.start.or(self.first_submit).unwrap_or(0);
+        self.now = self.start_ms;
         let r = self.resources.len();
         let min_eff = self
             .quota_names
@@ -357,7 +380,8 @@ impl Simulation {
     pub fn run(&mut self, until_ms: Option<i64>) -> RunStats {
         self.start();
         while let Some((at, kind)) = self.calendar.pop_until(until_ms) {
-            self.now = at;
+            // What was due before the start happens at the start, in order.
+            self.now = at.max(self.start_ms);
             self.stats.events += 1;
             self.handle(kind);
         }

@@ -192,12 +192,12 @@ struct Acc {
 }
 
 impl Acc {
-    fn add(&mut self, job: &Job, o: &UnitOutcome, observed: Option<i64>) {
+    fn add(&mut self, job: &Job, o: &UnitOutcome) {
         self.jobs += 1;
         if let Some(r) = o.first_release_ms {
             self.waits.push(r - job.submit_ms);
         }
-        self.observed.extend(observed);
+        self.observed.extend(job.observed_wait_ms);
         self.o.reclaimed += o.reclaimed;
         self.o.preempted += o.preempted;
         self.o.fair_share_reclaimed += o.fair_share_reclaimed;
@@ -223,38 +223,27 @@ fn groups(map: BTreeMap<String, Acc>) -> Vec<Group> {
     map.into_iter().map(|(name, acc)| acc.group(name)).collect()
 }
 
-/// The report of a finished run. `observed_wait_ms[i]` is job `i`'s wait in
-/// the real system, when the trace says.
-pub fn build(
-    sim: &mut Simulation,
-    cluster: &Cluster,
-    run: RunStats,
-    seed: u64,
-    observed_wait_ms: &[Option<i64>],
-) -> Report {
+/// The report of a finished run.
+pub fn build(sim: &mut Simulation, cluster: &Cluster, run: RunStats, seed: u64) -> Report {
     let mut by_queue: BTreeMap<String, Acc> = BTreeMap::new();
     let mut by_quota: BTreeMap<String, Acc> = BTreeMap::new();
     let mut by_class: BTreeMap<String, Acc> = BTreeMap::new();
     let mut all = Acc::default();
     let (mut finished, mut bounded_out) = (0, 0);
-    let start_ms = sim.jobs().iter().map(|j| j.submit_ms).min().unwrap_or(0);
-    for (i, (job, o)) in sim.jobs().iter().zip(sim.outcomes()).enumerate() {
-        let observed = observed_wait_ms.get(i).copied().flatten();
-        all.add(job, o, observed);
+    let start_ms = sim.start_ms();
+    for (job, o) in sim.jobs().iter().zip(sim.outcomes()) {
+        all.add(job, o);
         by_queue
             .entry(job.queue.to_string())
             .or_default()
-            .add(job, o, observed);
+            .add(job, o);
         if let Some(q) = &job.quota {
-            by_quota
-                .entry(q.to_string())
-                .or_default()
-                .add(job, o, observed);
+            by_quota.entry(q.to_string()).or_default().add(job, o);
         }
         by_class
             .entry(job.class.to_string())
             .or_default()
-            .add(job, o, observed);
+            .add(job, o);
         if o.end_ms.is_some() {
             finished += 1;
             if job.bounded_out {

@@ -11,7 +11,7 @@ use koord_queue_model::{Resources, parse_duration, parse_quantity};
 use koord_queue_sim::cluster::Cluster;
 use koord_queue_sim::engine::{Latency, Settings};
 use koord_queue_sim::report::{Report, compare, html};
-use koord_queue_sim::trace::{TraceJob, read_trace};
+use koord_queue_sim::trace::trace_jobs;
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -117,10 +117,16 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Runs `trace` on `cluster`, telling the wall time on stderr.
-fn one(cluster: &Cluster, trace: &[TraceJob], settings: Settings, name: &str) -> Result<Report> {
+/// Runs the trace at `path` on `cluster` (read as it runs: a million-job
+/// trace is not held whole), telling the wall time on stderr.
+fn one(cluster: &Cluster, path: &Path, settings: Settings, name: &str) -> Result<Report> {
     let started = Instant::now();
-    let report = koord_queue_sim::simulate(cluster, trace, settings)?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let report = koord_queue_sim::simulate_stream(
+        cluster,
+        trace_jobs(BufReader::with_capacity(1 << 20, file)),
+        settings,
+    )?;
     eprintln!(
         "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s",
         report.summary.jobs,
@@ -158,14 +164,12 @@ fn text_summary(report: &Report) -> String {
 
 /// `run`.
 pub fn run(args: &RunArgs) -> Result<()> {
-    let file = std::fs::File::open(&args.trace)
-        .with_context(|| format!("opening {}", args.trace.display()))?;
-    let trace = read_trace(BufReader::new(file))?;
+    let trace = args.trace.as_path();
     if let [a, b] = args.compare.as_slice() {
         let (ca, cb) = (args.cluster(Some(a))?, args.cluster(Some(b))?);
         let (na, nb) = (a.display().to_string(), b.display().to_string());
-        let ra = one(&ca, &trace, args.settings(), &na)?;
-        let rb = one(&cb, &trace, args.settings(), &nb)?;
+        let ra = one(&ca, trace, args.settings(), &na)?;
+        let rb = one(&cb, trace, args.settings(), &nb)?;
         print!(
             "A = {na}\n{}B = {nb}\n{}",
             text_summary(&ra),
@@ -186,7 +190,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("give --objects (or --compare A B)");
     }
     let cluster = args.cluster(None)?;
-    let report = one(&cluster, &trace, args.settings(), "run")?;
+    let report = one(&cluster, trace, args.settings(), "run")?;
     print!("{}", text_summary(&report));
     if let Some(path) = &args.out {
         write(path, &serde_json::to_string_pretty(&report)?)?;
