@@ -2,6 +2,7 @@
 //! Workload Format (`swf.rs`), a live cluster (`export.rs`), the
 //! benchmark's shapes (`shape.rs`).
 
+pub mod export;
 pub mod objects;
 pub mod shape;
 pub mod swf;

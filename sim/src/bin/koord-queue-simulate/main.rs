@@ -3,8 +3,10 @@
 //!
 //! - `run --objects cluster.yaml --trace trace.jsonl [--out r.json] [--html r.html]`
 //! - `run --compare A.yaml B.yaml --trace trace.jsonl …`
-//! - `import swf FILE`, `import shape --scale 15k`: traces from elsewhere.
+//! - `import swf FILE`, `import shape --scale 15k`: traces from elsewhere;
+//! - `export --since 24h`: the trace of a live cluster.
 
+mod export_cmd;
 mod import_cmd;
 mod run_cmd;
 
@@ -32,6 +34,9 @@ enum Command {
     /// Makes a trace from another source.
     #[command(subcommand)]
     Import(import_cmd::Import),
+    /// Writes the trace of a live cluster: its QueueUnits of the last
+    /// hours and their jobs (kubeconfig as kubectl finds it).
+    Export(export_cmd::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(&args),
         Command::Import(import) => import_cmd::run(import),
+        Command::Export(args) => export_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
