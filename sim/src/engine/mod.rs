@@ -133,6 +133,8 @@ pub struct RunStats {
     pub cycles: u64,
     /// Time of the last event handled (ms).
     pub end_ms: i64,
+    /// Most units waiting at once (what each cycle walks).
+    pub peak_waiting: u64,
 }
 
 /// A simulation: a core, its jobs and the calendar.
@@ -170,6 +172,8 @@ pub struct Simulation {
     usage: Option<Usage>,
     root_capacity: Option<RootCapacity>,
     stats: RunStats,
+    /// Units waiting now.
+    waiting: u64,
 }
 
 impl Simulation {
@@ -218,6 +222,7 @@ impl Simulation {
             usage: None,
             root_capacity,
             stats: RunStats::default(),
+            waiting: 0,
         })
     }
 
@@ -449,6 +454,8 @@ impl Simulation {
         }
         self.keys.insert(key, i);
         self.phase[i as usize] = Phase::Waiting;
+        self.waiting += 1;
+        self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting);
         self.request_cycle();
     }
 
@@ -491,6 +498,9 @@ impl Simulation {
                 continue;
             };
             let idx = i as usize;
+            if self.phase[idx] == Phase::Waiting {
+                self.waiting = self.waiting.saturating_sub(1);
+            }
             self.phase[idx] = Phase::Holding;
             self.generation[idx] += 1;
             let o = &mut self.outcomes[idx];

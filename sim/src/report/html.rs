@@ -173,24 +173,32 @@ fn fair_section(report: &Report) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "<h2>Fair shares</h2><p>Each child's part of what its siblings borrowed beyond their mins \
-         (time integral), the mark its weight's part: equal when every child wants more.</p>\
-         <table><tr><th>parent / child</th><th>weight</th><th>target</th><th>resource</th>\
-         <th>actual</th><th></th></tr>",
+        "<h2>Fair shares</h2><p>While at least two children borrow beyond their mins: each \
+         one's mean part of what they borrow, the mark its weight's part among them (what fair \
+         sharing aims at).</p>\
+         <table><tr><th>parent / child</th><th>weight</th><th>resource</th><th>contended</th>\
+         <th>target</th><th>actual</th><th></th></tr>",
     );
     for group in &report.fair_shares {
         for child in &group.children {
             for (r, actual) in &child.actual {
+                let target = child
+                    .target_contended
+                    .get(r)
+                    .copied()
+                    .unwrap_or(child.target);
+                let contended = child.contended.get(r).copied().unwrap_or(0.0);
                 let _ = write!(
                     s,
-                    "<tr><td>{} / {}</td><td>{}</td><td>{:.0}%</td><td>{}</td><td>{:.0}%</td><td>{}</td></tr>",
+                    "<tr><td>{} / {}</td><td>{}</td><td>{}</td><td>{:.0}% of the run</td><td>{:.0}%</td><td>{:.0}%</td><td>{}</td></tr>",
                     esc(&group.parent),
                     esc(&child.quota),
                     short(child.weight),
-                    child.target * 100.0,
                     esc(r),
+                    contended * 100.0,
+                    target * 100.0,
                     actual * 100.0,
-                    bar(*actual, Some(child.target), COLORS[2])
+                    bar(*actual, Some(target), COLORS[2])
                 );
             }
         }
@@ -230,6 +238,7 @@ fn summary_table(report: &Report) -> String {
             seconds((m.end_ms - m.start_ms) as f64 / 1000.0),
         ),
         ("cycles / events", format!("{} / {}", m.cycles, m.events)),
+        ("most jobs waiting at once", m.peak_waiting.to_string()),
         ("seed", m.seed.to_string()),
     ];
     let mut s = String::from("<table>");

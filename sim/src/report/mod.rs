@@ -6,6 +6,7 @@
 
 pub mod compare;
 mod dist;
+mod fair;
 pub mod html;
 mod svg;
 
@@ -19,6 +20,7 @@ use crate::cluster::Cluster;
 use crate::engine::{RunStats, Simulation, UnitOutcome, UsageSeries};
 use crate::job::Job;
 pub use dist::Dist;
+pub use fair::{FairShare, FairShareGroup};
 
 /// The whole report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -79,6 +81,8 @@ pub struct Summary {
     pub cycles: u64,
     /// Events handled.
     pub events: u64,
+    /// Most units waiting at once.
+    pub peak_waiting: u64,
     /// The seed of the backoff jitter.
     pub seed: u64,
 }
@@ -138,32 +142,6 @@ pub struct QuotaUse {
     /// Mean held per bucket: `[bucket][resource]` in the order of
     /// `Report::resources`.
     pub series: Vec<Vec<f64>>,
-}
-
-/// A fair-sharing parent's children.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct FairShareGroup {
-    /// The parent.
-    pub parent: String,
-    /// Its children.
-    pub children: Vec<FairShare>,
-}
-
-/// A child's share of what its siblings borrowed, against its weight's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct FairShare {
-    /// The child quota.
-    pub quota: String,
-    /// Its weight.
-    pub weight: f64,
-    /// Its weight over the siblings' weights: its share when every child
-    /// wants more than its min.
-    pub target: f64,
-    /// Per resource: what it borrowed beyond its min over what all siblings
-    /// borrowed (time integrals).
-    pub actual: BTreeMap<String, f64>,
-    /// Per resource: mean borrowed beyond its min.
-    pub mean_borrowed: BTreeMap<String, f64>,
 }
 
 /// An amount in the report's unit of `resource`.
@@ -266,13 +244,14 @@ pub fn build(sim: &mut Simulation, cluster: &Cluster, run: RunStats, seed: u64) 
         end_ms: run.end_ms,
         cycles: run.cycles,
         events: run.events,
+        peak_waiting: run.peak_waiting,
         seed,
     };
     let resources: Vec<String> = sim.resources().to_vec();
     let capacity = sim.root_capacity().cloned();
     let series = sim.usage(None);
     let usage = usage_report(cluster, &resources, capacity.as_ref(), series.as_ref());
-    let fair_shares = fair_shares(cluster, &resources, series.as_ref());
+    let fair_shares = fair::shares(cluster, &resources, series.as_ref());
     Report {
         summary,
         resources: resources
@@ -372,74 +351,4 @@ fn usage_report(
         bucket_ms: series.bucket_ms,
         nodes,
     }
-}
-
-fn fair_shares(
-    cluster: &Cluster,
-    resources: &[String],
-    series: Option<&UsageSeries>,
-) -> Vec<FairShareGroup> {
-    // Mean borrowed per node (index 0 the root) and resource.
-    let borrowed: Vec<BTreeMap<String, f64>> = series
-        .map(|s| {
-            s.nodes
-                .iter()
-                .map(|n| {
-                    resources
-                        .iter()
-                        .zip(&n.borrowed)
-                        .map(|(r, v)| (r.clone(), display(r, *v)))
-                        .collect()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    for parent in cluster.quotas.iter().filter(|q| q.fair_sharing) {
-        let children: Vec<(usize, &koord_queue_core::QuotaDef)> = cluster
-            .quotas
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| q.parent.as_deref() == Some(parent.name.as_str()))
-            .collect();
-        let weights: f64 = children.iter().map(|(_, q)| q.weight_milli as f64).sum();
-        let totals: BTreeMap<&str, f64> = resources
-            .iter()
-            .map(|r| {
-                let sum = children
-                    .iter()
-                    .filter_map(|(i, _)| borrowed.get(i + 1).and_then(|b| b.get(r)))
-                    .sum();
-                (r.as_str(), sum)
-            })
-            .collect();
-        let children = children
-            .iter()
-            .map(|(i, q)| {
-                let mine = borrowed.get(i + 1).cloned().unwrap_or_default();
-                FairShare {
-                    quota: q.name.clone(),
-                    weight: q.weight_milli as f64 / 1000.0,
-                    target: if weights > 0.0 {
-                        q.weight_milli as f64 / weights
-                    } else {
-                        0.0
-                    },
-                    actual: mine
-                        .iter()
-                        .filter_map(|(r, v)| {
-                            let total = totals.get(r.as_str()).copied().filter(|t| *t > 0.0)?;
-                            Some((r.clone(), v / total))
-                        })
-                        .collect(),
-                    mean_borrowed: mine,
-                }
-            })
-            .collect();
-        out.push(FairShareGroup {
-            parent: parent.name.clone(),
-            children,
-        });
-    }
-    out
 }

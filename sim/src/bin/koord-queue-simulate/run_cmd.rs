@@ -37,6 +37,9 @@ pub struct RunArgs {
     /// The HTML report.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// What the terminal's table groups by (the reports have all three).
+    #[arg(long, value_enum, default_value = "class")]
+    by: By,
     /// A fixed root capacity, e.g. `cpu=600,memory=2Ti` (instead of the
     /// configuration's rootCapacity and the objects').
     #[arg(long)]
@@ -101,6 +104,17 @@ impl RunArgs {
     }
 }
 
+/// The groups of the terminal's table.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum By {
+    /// Priority class.
+    Class,
+    /// Queue.
+    Queue,
+    /// Leaf quota.
+    Quota,
+}
+
 /// `cpu=600,memory=2Ti`.
 fn parse_capacity(text: &str) -> Result<Resources> {
     let mut out = Resources::new();
@@ -128,17 +142,18 @@ fn one(cluster: &Cluster, path: &Path, settings: Settings, name: &str) -> Result
         settings,
     )?;
     eprintln!(
-        "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s",
+        "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s (at most {} waiting at once)",
         report.summary.jobs,
         report.summary.cycles,
         report.summary.events,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        report.summary.peak_waiting
     );
     Ok(report)
 }
 
 /// A few lines for the terminal.
-fn text_summary(report: &Report) -> String {
+fn text_summary(report: &Report, by: By) -> String {
     let mut s = String::new();
     let m = &report.summary;
     let _ = writeln!(
@@ -146,12 +161,17 @@ fn text_summary(report: &Report) -> String {
         "{} jobs: {} released, {} never; sent back: {} reclaimed, {} preempted, {} fair-share",
         m.jobs, m.released, m.never_released, m.reclaimed, m.preempted, m.fair_share_reclaimed
     );
+    let (title, groups) = match by {
+        By::Class => ("class", &report.by_class),
+        By::Queue => ("queue", &report.by_queue),
+        By::Quota => ("quota", &report.by_quota),
+    };
     let _ = writeln!(
         s,
         "{:<24} {:>8} {:>10} {:>10} {:>10} {:>10}",
-        "class", "jobs", "mean s", "p50 s", "p90 s", "p99 s"
+        title, "jobs", "mean s", "p50 s", "p90 s", "p99 s"
     );
-    for g in &report.by_class {
+    for g in groups {
         let t = &g.time_to_release;
         let _ = writeln!(
             s,
@@ -172,12 +192,23 @@ pub fn run(args: &RunArgs) -> Result<()> {
         let rb = one(&cb, trace, args.settings(), &nb)?;
         print!(
             "A = {na}\n{}B = {nb}\n{}",
-            text_summary(&ra),
-            text_summary(&rb)
+            text_summary(&ra, args.by),
+            text_summary(&rb, args.by)
         );
         let c = compare::compare(&na, ra, &nb, rb);
-        let notable = c.differences.iter().filter(|d| d.notable).count();
-        println!("{notable} notable differences");
+        let notable: Vec<_> = c.differences.iter().filter(|d| d.notable).collect();
+        println!("{} notable differences (B against A):", notable.len());
+        for d in notable {
+            println!(
+                "  {:<6} {:<20} {:<15} {:>10.2} -> {:>10.2} ({:+.0}%)",
+                d.scope,
+                d.name,
+                d.figure,
+                d.a,
+                d.b,
+                d.change * 100.0
+            );
+        }
         if let Some(path) = &args.out {
             write(path, &serde_json::to_string_pretty(&c)?)?;
         }
@@ -191,7 +222,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let cluster = args.cluster(None)?;
     let report = one(&cluster, trace, args.settings(), "run")?;
-    print!("{}", text_summary(&report));
+    print!("{}", text_summary(&report, args.by));
     if let Some(path) = &args.out {
         write(path, &serde_json::to_string_pretty(&report)?)?;
     }
