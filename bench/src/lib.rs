@@ -22,3 +22,4 @@ pub mod rounds;
 pub mod runner;
 pub mod scheduler_settings;
 pub mod shape;
+pub mod visibility_listing;

@@ -99,12 +99,12 @@ pub fn quota_tree(leaves: usize) -> Result<Vec<ElasticQuota>> {
 
 /// Job number `n` of the load, held (suspended) and naming its unit, and
 /// that unit as the webhook creates it (same pod template, totals, queue
-/// and labels): in leaf `n % leaves`, namespace `ns-<leaf % namespaces>`,
+/// and labels): in leaf quota (and queue) `leaf`, namespace
+/// `ns-<leaf % namespaces>`,
 /// 1–4 cpu, 1–8 GiB and priority 0–3 (the core benchmarks' distribution,
 /// seeded by `n` so that concurrent creation yields the same load).
-pub fn job_and_unit(n: usize, leaves: usize, namespaces: usize) -> Result<(Job, QueueUnit)> {
+pub fn job_and_unit(n: usize, leaf: usize, namespaces: usize) -> Result<(Job, QueueUnit)> {
     let mut rng = Rng::new(42 + n as u64);
-    let leaf = n % leaves.max(1);
     let quota = leaf_name(leaf);
     let namespace = format!("ns-{}", leaf % namespaces.max(1));
     let job_name = format!("job-{n:07}");

@@ -16,6 +16,14 @@
 //! `/proc/<pid>/status`. There is no job controller in tier
 //! 1: released jobs stay unsuspended without pods, so the units the quotas
 //! admit keep holding quota and the others keep waiting.
+//!
+//! Once settled it measures what a quiet cluster costs (the writes per
+//! minute and the CPU over `--idle-secs`, which should be no writes at all:
+//! a unit's status changes only with its phase or its reason, issue 39), and
+//! how fast the visibility API lists: the scheduler serves it, registered
+//! with the aggregation layer as `make run` does, and the first `--backlog`
+//! units all go to the first leaf's Queue, whose backlog and namespace are
+//! listed through the kube-apiserver as an administrator would.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,7 +34,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use koord_queue_tests::process::{Process, free_port};
-use koord_queue_tests::{ControlPlane, Tier, admin, fixtures, load, metrics, proc_stats};
+use koord_queue_tests::{
+    ControlPlane, Tier, admin, fixtures, load, metrics, proc_stats, visibility,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Resident memory of the scheduler process with many QueueUnits cached")]
@@ -43,6 +53,16 @@ struct Cli {
     /// Creates in flight while loading.
     #[arg(long, default_value_t = 96)]
     concurrency: usize,
+    /// Units put in the first leaf's Queue (the rest are spread over every
+    /// leaf), so that a long backlog can be listed.
+    #[arg(long, default_value_t = 10_000)]
+    backlog: usize,
+    /// Once settled, measure writes and CPU for this long.
+    #[arg(long, default_value_t = 60)]
+    idle_secs: u64,
+    /// Listings of each kind measured through the visibility API.
+    #[arg(long, default_value_t = 100)]
+    listings: usize,
     /// The scheduler binary; default: a release build made with cargo.
     #[arg(long)]
     scheduler_bin: Option<PathBuf>,
@@ -129,7 +149,12 @@ async fn load(cp: &ControlPlane, cli: &Cli) -> Result<Duration> {
     let result = load::for_each_concurrent(cli.units, cli.concurrency, |n| {
         let (client, done) = (&client, &done);
         async move {
-            let (job, unit) = load::job_and_unit(n, cli.queues, cli.namespaces)?;
+            let leaf = if n < cli.backlog {
+                0
+            } else {
+                n % cli.queues.max(1)
+            };
+            let (job, unit) = load::job_and_unit(n, leaf, cli.namespaces)?;
             load::create(client, &job).await?;
             load::create(client, &unit).await?;
             done.fetch_add(1, Ordering::Relaxed);
@@ -202,10 +227,16 @@ async fn run(cli: Cli) -> Result<()> {
     let config = cp.dir().join("scheduler-config.yaml");
     std::fs::write(&config, load::scheduler_config(cli.queues))?;
     let admin_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let visibility_port = free_port()?;
     let log = cp.dir().join("koord-queue-scheduler.log");
     let args: Vec<String> = [
         format!("--config={}", config.display()),
         format!("--admin-addr={admin_addr}"),
+        format!("--visibility-addr=127.0.0.1:{visibility_port}"),
+        format!(
+            "--visibility-cert-dir={}",
+            visibility::serving_dir(&cp)?.display()
+        ),
         "--lease-name=scheduler-memory".into(),
         "--identity=scheduler-memory".into(),
         "--log-level=info,kube=warn".into(),
@@ -240,6 +271,28 @@ async fn run(cli: Cli) -> Result<()> {
             .with_context(|| format!("copying the log to {}", out.display()))?;
     }
     let (milestones, rss, hwm, metrics) = result?;
+    let quiet = quiet_window(&cp, pid, Duration::from_secs(cli.idle_secs)).await?;
+    visibility::register(&cp, visibility_port).await?;
+    let admin_client = cp.client().await?;
+    let mut listings = Vec::new();
+    for path in [
+        visibility::queue_path(&load::leaf_name(0)),
+        visibility::namespace_path("ns-0"),
+    ] {
+        for page_limit in [None, Some(500)] {
+            let listing = koord_queue_bench::visibility_listing::measure(
+                &admin_client,
+                &path,
+                page_limit,
+                cli.listings,
+            )
+            .await?;
+            println!("  {}", listing.line());
+            listings.push(listing);
+        }
+    }
+    let rss_after_listings = rss_of(pid, "VmRSS")?;
+    scheduler.check_alive()?;
     scheduler.terminate(Duration::from_secs(15));
 
     let secs =
@@ -294,7 +347,44 @@ async fn run(cli: Cli) -> Result<()> {
         hwm as f64 * 1024.0 / 1e6
     );
     println!("  target:      VmRSS ≤ 400 MB (architecture §9)");
+    println!(
+        "  quiet:       {:.1} writes/min and {:.1} % of a core over {}s after settling (goal: no writes)",
+        quiet.writes_per_min,
+        quiet.cpu_share * 100.0,
+        cli.idle_secs
+    );
+    println!(
+        "  listings:    through the aggregation layer as an administrator (goal: a 10,000-unit Queue backlog, p99 ≤ 100 ms)"
+    );
+    for listing in &listings {
+        println!("               {}", listing.line());
+    }
+    println!(
+        "  VmRSS after the listings: {:.1} MiB",
+        mib(rss_after_listings)
+    );
     Ok(())
+}
+
+/// What the settled scheduler costs while nothing changes.
+struct Quiet {
+    writes_per_min: f64,
+    cpu_share: f64,
+}
+
+/// Writes and CPU of process `pid` over `window`.
+async fn quiet_window(cp: &ControlPlane, pid: u32, window: Duration) -> Result<Quiet> {
+    let client = cp.client().await?;
+    println!("  measuring {window:?} of quiet");
+    let (writes, ticks, at) = (api_writes(&client).await?, ticks_of(pid)?, Instant::now());
+    tokio::time::sleep(window).await;
+    let elapsed = at.elapsed().as_secs_f64();
+    let writes = api_writes(&client).await? - writes;
+    let ticks = ticks_of(pid)?.saturating_sub(ticks) as f64;
+    Ok(Quiet {
+        writes_per_min: writes * 60.0 / elapsed,
+        cpu_share: ticks / proc_stats::clock_ticks() / elapsed,
+    })
 }
 
 /// Follows the scheduler until it has settled; returns the milestones,
@@ -339,8 +429,7 @@ async fn watch(
         }
         let sample = Sample {
             at: now,
-            cpu_ticks: proc_stats::process_ticks(pid)
-                .with_context(|| format!("reading /proc/{pid}/stat"))?,
+            cpu_ticks: ticks_of(pid)?,
             writes: api_writes(&client).await?,
         };
         samples.retain(|s| now.duration_since(s.at) <= window + Duration::from_secs(2));
@@ -388,6 +477,11 @@ async fn watch(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// CPU ticks process `pid` has used.
+fn ticks_of(pid: u32) -> Result<u64> {
+    proc_stats::process_ticks(pid).with_context(|| format!("reading /proc/{pid}/stat"))
 }
 
 /// A memory field of process `pid`'s status, in KiB.

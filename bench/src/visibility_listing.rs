@@ -1,0 +1,121 @@
+//! How long listing through the visibility API takes, measured as a client
+//! sees it: requests to the kube-apiserver, which authenticates them and
+//! proxies them through the aggregation layer to the scheduler (issue 39's
+//! goal: a 10,000-unit Queue backlog listed with p99 ≤ 100 ms).
+//!
+//! Two ways a client lists, both measured: the whole list in one request
+//! (`kubectl get --raw`, a client library's `list`), and page by page with
+//! `?limit=` and `continue` as `kubectl get` does (500 a page by default),
+//! where one listing is the walk over every page.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::report::Distribution;
+
+/// Latencies of repeated listings of one path.
+#[derive(Clone, Debug, Serialize)]
+pub struct Listing {
+    /// The path listed.
+    pub path: String,
+    /// Page size (`?limit=`), or none for the whole list in one request.
+    pub page_limit: Option<usize>,
+    /// Items in one listing (the same in every repetition while nothing
+    /// changes; the last one's).
+    pub items: usize,
+    /// Requests one listing took.
+    pub requests_per_listing: usize,
+    /// Time of one listing (all its pages), seconds.
+    pub latency: Distribution,
+}
+
+impl Listing {
+    /// One line for a report.
+    pub fn line(&self) -> String {
+        let ms = |s: f64| s * 1000.0;
+        format!(
+            "{} {}: {} items in {} request(s); p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} listings)",
+            self.path,
+            self.page_limit
+                .map_or("(whole list)".to_string(), |l| format!("(pages of {l})")),
+            self.items,
+            self.requests_per_listing,
+            ms(self.latency.p50_s),
+            ms(self.latency.p99_s),
+            ms(self.latency.max_s),
+            self.latency.count
+        )
+    }
+}
+
+/// Lists `path` `repetitions` times as `client` (after one unmeasured
+/// warm-up listing that fills connection pools and the authorizer's cache,
+/// as a client that lists more than once sees), one listing at a time.
+pub async fn measure(
+    client: &kube::Client,
+    path: &str,
+    page_limit: Option<usize>,
+    repetitions: usize,
+) -> Result<Listing> {
+    list_once(client, path, page_limit).await?;
+    let mut samples = Vec::with_capacity(repetitions);
+    let (mut items, mut requests) = (0, 0);
+    for _ in 0..repetitions {
+        let started = Instant::now();
+        (items, requests) = list_once(client, path, page_limit).await?;
+        samples.push(started.elapsed().as_secs_f64());
+    }
+    Ok(Listing {
+        path: path.to_string(),
+        page_limit,
+        items,
+        requests_per_listing: requests,
+        latency: Distribution::of(samples),
+    })
+}
+
+/// One listing: the items it returned and the requests it took.
+async fn list_once(
+    client: &kube::Client,
+    path: &str,
+    page_limit: Option<usize>,
+) -> Result<(usize, usize)> {
+    let (mut items, mut requests) = (0, 0);
+    let mut continue_token: Option<String> = None;
+    loop {
+        let mut query = Vec::new();
+        if let Some(limit) = page_limit {
+            query.push(format!("limit={limit}"));
+        }
+        if let Some(token) = &continue_token {
+            query.push(format!("continue={token}"));
+        }
+        let uri = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{}", query.join("&"))
+        };
+        let request = http::Request::get(&uri).body(Vec::new())?;
+        let list: serde_json::Value = tokio::time::timeout(
+            Duration::from_secs(30),
+            client.request::<serde_json::Value>(request),
+        )
+        .await
+        .with_context(|| format!("GET {uri} took more than 30 s"))?
+        .with_context(|| format!("GET {uri}"))?;
+        requests += 1;
+        let Some(page) = list["items"].as_array() else {
+            bail!("GET {uri} answered without items: {list}");
+        };
+        items += page.len();
+        continue_token = list["metadata"]["continue"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if continue_token.is_none() || page_limit.is_none() {
+            return Ok((items, requests));
+        }
+    }
+}
