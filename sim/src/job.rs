@@ -52,6 +52,28 @@ impl Job {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// The job of a unit the scheduler's core knows (`def`, as the
+    /// controller's `UnitState::def` makes it): for an estimate from the
+    /// scheduler's state. It runs `run_ms` once released (a runtime learned
+    /// from its queue, or its bound); its class in the report is `class`.
+    pub fn from_unit_def(def: &UnitDef, run_ms: i64, class: &str) -> Self {
+        Self {
+            namespace: Arc::from(def.namespace.as_str()),
+            name: Box::from(def.name.as_str()),
+            quota: def.quota.as_deref().map(Arc::from),
+            queue: Arc::from(def.queue.as_str()),
+            priority: def.priority,
+            class: Arc::from(class),
+            submit_ms: def.created_ms,
+            run_ms: run_ms.max(0),
+            bounded_out: false,
+            max_run_ms: def.max_run_ms,
+            request: def.request.clone(),
+            labels: Arc::new(def.labels.clone()),
+            observed_wait_ms: None,
+        }
+    }
+
     /// The unit as the core is told of it (as `UnitState::def` tells it).
     pub fn unit_def(&self) -> UnitDef {
         UnitDef {
@@ -212,6 +234,19 @@ mod tests {
         // Ended by its bound; the core hears the bound plus the grace period.
         assert_eq!((job.run_ms, job.bounded_out), (60_000, true));
         assert_eq!(job.max_run_ms, Some(90_000));
+    }
+
+    #[test]
+    fn a_unit_of_the_core_is_a_job_and_back() {
+        let def = koord_queue_core::UnitDef::new("ns", "u")
+            .with_quota("a")
+            .with_queue("a")
+            .created_at(5)
+            .requesting("cpu", 2000)
+            .running_at_most(60_000);
+        let job = super::Job::from_unit_def(&def, 30_000, "high");
+        assert_eq!(job.unit_def(), def);
+        assert_eq!((job.run_ms, &*job.class), (30_000, "high"));
     }
 
     #[test]

@@ -20,9 +20,6 @@ pub mod report;
 pub mod shape;
 pub mod trace;
 
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-
 use cluster::{Cluster, ClusterError};
 use engine::{Settings, Simulation};
 use job::JobBuilder;
@@ -59,8 +56,6 @@ pub fn prepare(
 ) -> Result<Simulation, SimError> {
     let mut sim = Simulation::new(cluster, settings)?;
     let mut builder = JobBuilder::new(cluster.priority_classes.clone());
-    // Jobs by the hash of their key: a million keys are not kept twice.
-    let mut seen: HashMap<u64, usize> = HashMap::new();
     for (index, t) in trace.into_iter().enumerate() {
         let t = t?;
         let job = builder.build(&t, index).map_err(|reason| SimError::Job {
@@ -68,23 +63,7 @@ pub fn prepare(
             name: t.name.clone().unwrap_or_default(),
             reason,
         })?;
-        let key = job.key();
-        let hash = {
-            let mut h = std::hash::DefaultHasher::new();
-            key.hash(&mut h);
-            h.finish()
-        };
-        if let Some(&earlier) = seen.get(&hash)
-            && sim.jobs()[earlier].key() == key
-        {
-            return Err(SimError::Job {
-                index,
-                name: job.name.to_string(),
-                reason: "a job of this namespace and name comes earlier in the trace".into(),
-            });
-        }
-        let i = sim.add_job(job);
-        seen.entry(hash).or_insert(i);
+        sim.add_job(job);
     }
     Ok(sim)
 }

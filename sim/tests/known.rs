@@ -166,3 +166,18 @@ fn the_same_seed_gives_the_same_report() {
     assert_eq!(report.summary.never_released, 0);
     assert!(report.summary.reclaimed > 0, "{:?}", report.summary);
 }
+
+#[test]
+fn a_name_in_use_is_refused_and_free_again_once_its_job_is_gone() {
+    let cluster = two_quotas("2");
+    let trace = [
+        job("x", "a", 2, 0, 1_000),
+        job("x", "a", 2, 500, 1_000),
+        job("x", "a", 2, 2_000, 1_000),
+    ];
+    let mut sim = prepare(&cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
+    let run = sim.run(None);
+    assert_eq!(run.refused, 1);
+    let releases: Vec<_> = sim.outcomes().iter().map(|o| o.first_release_ms).collect();
+    assert_eq!(releases, [Some(20), None, Some(2_020)]);
+}

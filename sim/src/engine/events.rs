@@ -7,7 +7,8 @@ use std::collections::BinaryHeap;
 /// What happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
-    /// Job `0` is submitted: its unit joins its queue.
+    /// Job `0` is submitted: its unit joins its queue (handed out from the
+    /// calendar's list of submissions, never pushed).
     Arrive(u32),
     /// Job `0`'s pods are done and its quota is free, if it still runs the
     /// release of generation `1`.
@@ -30,11 +31,19 @@ struct Entry {
     kind: Kind,
 }
 
-/// Events by `(time, scheduling order)`.
+/// Events by `(time, scheduling order)`. Submissions, known in advance
+/// and most of the events of a trace, are kept apart in a list sorted once
+/// (a million-job trace would make the heap a million entries deep); at
+/// one time they come before the other events.
 #[derive(Debug, Default)]
 pub(crate) struct Calendar {
     heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
+    arrivals: Vec<(i64, u32)>,
+    /// The next arrival to hand out.
+    next: usize,
+    /// Whether `arrivals[next..]` is sorted.
+    sorted: bool,
 }
 
 impl Calendar {
@@ -48,13 +57,46 @@ impl Calendar {
         }));
     }
 
+    /// Schedules job `job`'s submission at `at`.
+    pub fn push_arrival(&mut self, at: i64, job: u32) {
+        if self.arrivals.len() > self.next
+            && self.arrivals.last().is_some_and(|last| *last > (at, job))
+        {
+            self.sorted = false;
+        }
+        if self.arrivals.len() == self.next {
+            // Everything handed out: start afresh.
+            self.arrivals.clear();
+            self.next = 0;
+            self.sorted = true;
+        }
+        self.arrivals.push((at, job));
+    }
+
     /// The next event, if it is due by `until`.
     pub fn pop_until(&mut self, until: Option<i64>) -> Option<(i64, Kind)> {
-        let next = self.heap.peek()?;
-        if until.is_some_and(|u| next.0.at > u) {
-            return None;
+        if !self.sorted {
+            self.arrivals[self.next..].sort_unstable();
+            self.sorted = true;
         }
-        self.heap.pop().map(|Reverse(e)| (e.at, e.kind))
+        let arrival = self.arrivals.get(self.next).copied();
+        let other = self.heap.peek().map(|Reverse(e)| e.at);
+        match (arrival, other) {
+            (Some((at, job)), o) if o.is_none_or(|o| at <= o) => {
+                if until.is_some_and(|u| at > u) {
+                    return None;
+                }
+                self.next += 1;
+                Some((at, Kind::Arrive(job)))
+            }
+            (_, Some(at)) => {
+                if until.is_some_and(|u| at > u) {
+                    return None;
+                }
+                self.heap.pop().map(|Reverse(e)| (e.at, e.kind))
+            }
+            (_, None) => None,
+        }
     }
 }
 
@@ -66,11 +108,19 @@ mod tests {
     fn by_time_then_by_scheduling_order() {
         let mut c = Calendar::default();
         c.push(5, Kind::Cycle);
-        c.push(1, Kind::Arrive(2));
-        c.push(1, Kind::Arrive(1));
+        c.push(1, Kind::Tick);
+        c.push(1, Kind::Requeue(1));
+        c.push_arrival(5, 3);
+        c.push_arrival(1, 2);
         assert_eq!(c.pop_until(None), Some((1, Kind::Arrive(2))));
-        assert_eq!(c.pop_until(Some(4)), Some((1, Kind::Arrive(1))));
+        assert_eq!(c.pop_until(Some(4)), Some((1, Kind::Tick)));
+        assert_eq!(c.pop_until(Some(4)), Some((1, Kind::Requeue(1))));
         assert_eq!(c.pop_until(Some(4)), None);
+        // Submissions first among events of one time.
+        assert_eq!(c.pop_until(None), Some((5, Kind::Arrive(3))));
         assert_eq!(c.pop_until(None), Some((5, Kind::Cycle)));
+        assert_eq!(c.pop_until(None), None);
+        c.push_arrival(9, 4);
+        assert_eq!(c.pop_until(None), Some((9, Kind::Arrive(4))));
     }
 }

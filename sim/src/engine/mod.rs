@@ -110,10 +110,6 @@ impl UnitOutcome {
     }
 }
 
-/// What a job charges: its quota's index (`None`: the root only), its
-/// request by resource index.
-type Charged = (Option<usize>, Box<[(usize, i64)]>);
-
 /// Where a job is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -135,6 +131,9 @@ pub struct RunStats {
     pub end_ms: i64,
     /// Most units waiting at once (what each cycle walks).
     pub peak_waiting: u64,
+    /// Jobs submitted while a job of their namespace and name existed
+    /// (refused, as the API would).
+    pub refused: u64,
 }
 
 /// A simulation: a core, its jobs and the calendar.
@@ -165,8 +164,8 @@ pub struct Simulation {
     quota_parents: Vec<Option<usize>>,
     /// Resource names → index (for usage).
     resources: Vec<String>,
-    /// Per job: its quota's index, its request by resource index.
-    charged: Vec<Charged>,
+    /// A job's request by resource index (reused).
+    scratch: Vec<(usize, i64)>,
     /// Jobs holding from the start (`add_running`): held once the run starts.
     running_at_start: Vec<(u32, i64)>,
     usage: Option<Usage>,
@@ -217,7 +216,7 @@ impl Simulation {
             quota_names,
             quota_parents,
             resources: Vec::new(),
-            charged: Vec::new(),
+            scratch: Vec::new(),
             running_at_start: Vec::new(),
             usage: None,
             root_capacity,
@@ -243,22 +242,11 @@ impl Simulation {
             self.first_submit
                 .map_or(job.submit_ms, |f| f.min(job.submit_ms)),
         );
-        let quota = job
-            .quota
-            .as_deref()
-            .and_then(|q| self.quota_index.get(q).copied());
-        let mut amounts = Vec::new();
-        for (name, amount) in job.request.iter() {
-            let r = match self.resources.iter().position(|n| n == name) {
-                Some(r) => r,
-                None => {
-                    self.resources.push(name.to_string());
-                    self.resources.len() - 1
-                }
-            };
-            amounts.push((r, amount));
+        for (name, _) in job.request.iter() {
+            if !self.resources.iter().any(|n| n == name) {
+                self.resources.push(name.to_string());
+            }
         }
-        self.charged.push((quota, amounts.into_boxed_slice()));
         self.jobs.push(job);
         self.outcomes.push(UnitOutcome::default());
         self.phase.push(Phase::Future);
@@ -273,7 +261,7 @@ impl Simulation {
     pub fn add_job(&mut self, job: Job) -> usize {
         let at = job.submit_ms + self.settings.latency.admit_ms;
         let i = self.push_job(job);
-        self.calendar.push(at, Kind::Arrive(i));
+        self.calendar.push_arrival(at, i);
         i as usize
     }
 
@@ -375,9 +363,19 @@ impl Simulation {
     }
 
     fn charge(&mut self, i: u32, sign: i64) {
-        let (quota, amounts) = &self.charged[i as usize];
+        let job = &self.jobs[i as usize];
+        let quota = job
+            .quota
+            .as_deref()
+            .and_then(|q| self.quota_index.get(q).copied());
+        self.scratch.clear();
+        for (name, amount) in job.request.iter() {
+            if let Some(r) = self.resources.iter().position(|n| n == name) {
+                self.scratch.push((r, amount));
+            }
+        }
         if let Some(usage) = self.usage.as_mut() {
-            usage.change(*quota, amounts, sign, self.now);
+            usage.change(quota, &self.scratch, sign, self.now);
         }
     }
 
@@ -422,7 +420,7 @@ impl Simulation {
             Kind::Finish(i, g) if self.holds(i, g) => {
                 self.outcomes[i as usize].end_ms = Some(self.now - self.settings.latency.free_ms);
                 self.phase[i as usize] = Phase::Done;
-                self.leave(i);
+                self.leave(i, true);
             }
             Kind::Evict(i, g) if self.holds(i, g) => self.evict(i),
             Kind::Cycle => self.cycle(),
@@ -446,6 +444,13 @@ impl Simulation {
     fn enqueue(&mut self, i: u32) {
         let job = &self.jobs[i as usize];
         let key: Arc<str> = Arc::from(job.key());
+        if self.keys.get(&key).is_some_and(|j| *j != i) {
+            // A job of that name still exists: the API refuses the create
+            // (a name may be used again once the first job is gone).
+            self.phase[i as usize] = Phase::Done;
+            self.stats.refused += 1;
+            return;
+        }
         if self.core.upsert_unit(&job.unit_def()).is_err() {
             // A name the core refuses: the scheduler logs it and never
             // releases the unit.
@@ -459,11 +464,14 @@ impl Simulation {
         self.request_cycle();
     }
 
-    /// The unit leaves the core, its quota free.
-    fn leave(&mut self, i: u32) {
+    /// The unit leaves the core, its quota free; with `gone`, its name too
+    /// (a unit sent back keeps it through its backoff).
+    fn leave(&mut self, i: u32, gone: bool) {
         let key = self.jobs[i as usize].key();
         self.core.remove_unit(&key);
-        self.keys.remove(key.as_str());
+        if gone {
+            self.keys.remove(key.as_str());
+        }
         self.charge(i, -1);
         self.request_cycle();
     }
@@ -474,7 +482,7 @@ impl Simulation {
         let idx = i as usize;
         self.generation[idx] += 1;
         self.phase[idx] = Phase::Backoff;
-        self.leave(i);
+        self.leave(i, false);
         let count = self.requeues[idx].saturating_add(1);
         self.requeues[idx] = count;
         let key = self.jobs[idx].key();

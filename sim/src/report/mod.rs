@@ -83,6 +83,8 @@ pub struct Summary {
     pub events: u64,
     /// Most units waiting at once.
     pub peak_waiting: u64,
+    /// Jobs refused: submitted while a job of their name existed.
+    pub refused: u64,
     /// The seed of the backoff jitter.
     pub seed: u64,
 }
@@ -245,6 +247,7 @@ pub fn build(sim: &mut Simulation, cluster: &Cluster, run: RunStats, seed: u64) 
         cycles: run.cycles,
         events: run.events,
         peak_waiting: run.peak_waiting,
+        refused: run.refused,
         seed,
     };
     let resources: Vec<String> = sim.resources().to_vec();
