@@ -304,17 +304,34 @@ pub fn comparison(c: &Comparison) -> String {
         body.push_str(&difference_row(d));
     }
     body.push_str("</table>");
-    if let (Some(ra), Some(rb)) = (a.report.usage.nodes.first(), b.report.usage.nodes.first()) {
-        let mut lines = usage_lines(ra, &a.report, "A ", 0);
-        lines.extend(usage_lines(rb, &b.report, "B ", 1));
-        body.push_str(&line_chart(
-            "root usage, A and B",
-            "held",
-            &lines,
-            760.0,
-            240.0,
-        ));
+    // The root, then the quotas whose figures differ notably: what each
+    // held over time under A and under B.
+    let mut charted: Vec<&str> = vec![koord_queue_api::keys::ROOT_QUOTA_NAME];
+    for d in c
+        .differences
+        .iter()
+        .filter(|d| d.notable && d.scope == "quota")
+    {
+        if !charted.contains(&d.name.as_str()) && charted.len() <= CHARTED_QUOTAS / 2 {
+            charted.push(&d.name);
+        }
     }
+    body.push_str("<div class=\"charts\">");
+    for name in charted {
+        let node = |r: &Report| r.usage.nodes.iter().find(|n| n.name == name).cloned();
+        if let (Some(na), Some(nb)) = (node(&a.report), node(&b.report)) {
+            let mut lines = usage_lines(&na, &a.report, "A ", 0);
+            lines.extend(usage_lines(&nb, &b.report, "B ", 1));
+            body.push_str(&line_chart(
+                &format!("{name}: A and B"),
+                "held",
+                &lines,
+                560.0,
+                200.0,
+            ));
+        }
+    }
+    body.push_str("</div>");
     for named in [a, b] {
         let _ = write!(body, "<h2>{}</h2>", esc(&named.name));
         body.push_str(&summary_table(&named.report));

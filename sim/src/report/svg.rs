@@ -39,7 +39,8 @@ pub struct Line<'a> {
 
 /// A line chart `w`×`h` px, x in seconds, y from 0 to the largest value.
 pub fn line_chart(title: &str, y_label: &str, lines: &[Line<'_>], w: f64, h: f64) -> String {
-    let (left, right, top, bottom) = (48.0, 10.0, 22.0, 34.0);
+    // The title on the first line, the legend on the second, above the plot.
+    let (left, right, top, bottom) = (48.0, 10.0, 36.0, 34.0);
     let x_max = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.0))
@@ -108,14 +109,12 @@ pub fn line_chart(title: &str, y_label: &str, lines: &[Line<'_>], w: f64, h: f64
             line.color,
             pts.trim_end()
         );
-        let lx = left + 8.0 + (i as f64) * 130.0;
+        let lx = left + (i as f64) * 130.0;
         let _ = write!(
             s,
-            r#"<rect x="{lx}" y="{}" width="10" height="3" fill="{}"/><text x="{}" y="{}">{}</text>"#,
-            top + 2.0,
+            r#"<rect x="{lx}" y="22" width="10" height="3" fill="{}"/><text x="{}" y="27">{}</text>"#,
             line.color,
             lx + 14.0,
-            top + 6.0,
             esc(&line.label)
         );
     }
