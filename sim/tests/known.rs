@@ -181,3 +181,79 @@ fn a_name_in_use_is_refused_and_free_again_once_its_job_is_gone() {
     let releases: Vec<_> = sim.outcomes().iter().map(|o| o.first_release_ms).collect();
     assert_eq!(releases, [Some(20), None, Some(2_020)]);
 }
+
+#[test]
+fn a_higher_priority_job_preempts_within_its_quota_after_the_minimum_run_time() {
+    // Quota a (max 2 cpu) whose Queue preempts lower priorities once they
+    // have run 5 s.
+    let yaml = r#"
+plugins:
+- name: Priority
+- name: ElasticQuota
+  args: { rootCapacity: { cpu: "4" } }
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata: { name: a, namespace: ns }
+spec: { min: { cpu: "2" }, max: { cpu: "2" } }
+---
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: Queue
+metadata: { name: a, namespace: koord-queue }
+spec: { queuePolicy: Priority, preemption: { withinQuota: LowerPriority, minRunSeconds: 5 } }
+"#;
+    let cluster = Cluster::from_yaml(&[yaml]).unwrap();
+    let mut urgent = job("urgent", "a", 2, 1_000, 1_000);
+    urgent.priority = Some(10);
+    let trace = [job("low", "a", 2, 0, 60_000), urgent];
+    let mut sim = prepare(&cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
+    sim.run(None);
+    let (low, urgent) = (&sim.outcomes()[0], &sim.outcomes()[1]);
+    assert_eq!(low.preempted, 1);
+    // `low` was released at 20 ms and may be preempted from 5,020 ms: the
+    // housekeeping tick at 5,500 ms starts a cycle 20 ms later, which
+    // preempts; the next one releases `urgent`.
+    assert_eq!(urgent.first_release_ms, Some(5_540));
+    assert_eq!(urgent.end_ms, Some(6_540));
+}
+
+#[test]
+fn a_reserving_head_keeps_smaller_jobs_from_passing_it() {
+    let cluster = |reserve: &str| {
+        let yaml = format!(
+            r#"
+plugins:
+- name: Priority
+- name: ElasticQuota
+  args: {{ rootCapacity: {{ cpu: "4" }} }}
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata: {{ name: a, namespace: ns }}
+spec: {{ min: {{ cpu: "4" }}, max: {{ cpu: "4" }} }}
+---
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: Queue
+metadata: {{ name: a, namespace: koord-queue }}
+spec: {{ queuePolicy: Priority {reserve} }}
+"#
+        );
+        Cluster::from_yaml(&[yaml]).unwrap()
+    };
+    let trace = [
+        job("running", "a", 2, 0, 10_000),
+        job("big", "a", 4, 500, 5_000),
+        job("small", "a", 1, 1_000, 1_000),
+    ];
+    // Without a reserving head the small job passes the big one at once.
+    assert_eq!(
+        releases(&cluster(""), &trace),
+        [Some(20), Some(10_040), Some(1_020)]
+    );
+    // Reserving from the start, the big head goes first when the running
+    // job ends; the small one (unbounded: it cannot be backfilled) after it.
+    assert_eq!(
+        releases(&cluster(", reserveHead: { afterSeconds: 0 }"), &trace),
+        [Some(20), Some(10_040), Some(15_060)]
+    );
+}
