@@ -111,7 +111,96 @@ fn completion(shell: Shell, out: &mut dyn Write) -> Result<(), CliError> {
     // Into a buffer first: clap_complete panics on a failed write (a
     // closed pipe); ours reports it.
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut command, "kubectl-koord_queue", &mut script);
+    clap_complete::generate(shell, &mut command, BIN, &mut script);
+    if shell == clap_complete::Shell::Bash {
+        script = fix_bash_states(&script).into_bytes();
+    }
     out.write_all(&script)?;
     Ok(())
+}
+
+/// The binary's name, which completion scripts complete.
+const BIN: &str = "kubectl-koord_queue";
+
+/// clap_complete's bash script spells the state of a subcommand of a
+/// binary with a hyphen in its name two ways — `kubectl__koord_queue__subcmd__pending`
+/// where it walks the words, `kubectl__subcmd__koord_queue__subcmd__pending`
+/// in the case arm that completes its flags — so no flag of a subcommand
+/// was ever completed (clap-rs/clap#6421, open). The arms are renamed as
+/// the walk spells them.
+fn fix_bash_states(script: &[u8]) -> String {
+    let text = String::from_utf8_lossy(script);
+    let walk = BIN.replace('-', "__");
+    let arms = BIN.replace('-', "__subcmd__");
+    text.replace(&format!("{arms}__subcmd__"), &format!("{walk}__subcmd__"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(shell: Shell) -> String {
+        let mut out = Vec::new();
+        let done = completion(shell, &mut out);
+        assert!(done.is_ok(), "{done:?}");
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// What bash completes for the words `words` (the last one being
+    /// completed), with the script sourced.
+    fn bash_completes(words: &[&str]) -> String {
+        let dir = std::env::temp_dir().join(format!("koord-queue-cli-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let file = dir.join("completion.bash");
+        let written = std::fs::write(&file, script(Shell::Bash));
+        assert!(written.is_ok(), "{written:?}");
+        let cword = words.len() - 1;
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={cword}; _kubectl__koord_queue {BIN} '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display(),
+            quoted.join(" "),
+            words[cword],
+            words[cword - 1],
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "-c", &program])
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        match out {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+            other => panic!("bash: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bash_completes_the_commands_and_each_commands_flags() {
+        let commands = bash_completes(&[BIN, "pe"]);
+        assert_eq!(commands.trim(), "pending", "{commands}");
+        let flags = bash_completes(&[BIN, "pending", "--"]);
+        for flag in ["--queue", "--namespace", "--all-namespaces", "--output"] {
+            assert!(flags.lines().any(|l| l == flag), "{flag}: {flags}");
+        }
+        let flags = bash_completes(&[BIN, "stop", "--d"]);
+        assert_eq!(flags.trim(), "--drain", "{flags}");
+        let values = bash_completes(&[BIN, "queues", "-o", "ya"]);
+        assert_eq!(values.trim(), "yaml", "{values}");
+    }
+
+    #[test]
+    fn zsh_and_fish_scripts_name_the_binary_and_its_commands() {
+        let zsh = script(Shell::Zsh);
+        assert!(zsh.starts_with(&format!("#compdef {BIN}")), "{zsh}");
+        assert!(
+            zsh.contains("'--drain[") && zsh.contains("'--queue="),
+            "{zsh}"
+        );
+        let fish = script(Shell::Fish);
+        assert!(
+            fish.contains(&format!(
+                "complete -c {BIN} -n \"__fish_kubectl_koord_queue_using_subcommand stop\" -l drain"
+            )),
+            "{fish}"
+        );
+    }
 }
