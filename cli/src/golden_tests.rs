@@ -355,3 +355,51 @@ Note: only your namespace's units ahead are listed (1 ahead in all)
     let back: Why = serde_json::from_str(&serde_json::to_string(&why).unwrap()).unwrap();
     assert_eq!(back, why);
 }
+
+#[test]
+fn why_a_job_waits_in_a_stopped_queue_marks_no_quota() {
+    let mut me = unit(
+        "held-01dac248",
+        Some(1),
+        WaitType::QueueStopped,
+        "2026-12-05T10:04:58Z",
+    );
+    // As the scheduler says it: the queue in `quota`, no shortfall.
+    me.reason.message = "queue team-a is stopped: it releases nothing until it is resumed".into();
+    me.reason.resource = None;
+    me.reason.short_by = None;
+    let why = Why {
+        job: JobOf {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "held".into(),
+        },
+        unit: me.metadata.clone(),
+        queue: "team-a".into(),
+        quota: Some("team-a".into()),
+        phase: Some("Enqueued".into()),
+        message: Some(me.reason.message.clone()),
+        pending: Some(me),
+        ahead: Vec::new(),
+        quota_path: vec![quota("team-a", None, "0", "2")],
+        estimated_start: None,
+        events: Vec::new(),
+        notes: Vec::new(),
+    };
+    assert_eq!(
+        why.human(&how()),
+        "\
+Job:       Job team-a/held (batch/v1)
+Unit:      held-01dac248 (created 2s ago)
+Queue:     team-a, quota team-a
+Phase:     Enqueued, waiting for 2s
+Reason:    QueueStopped: queue team-a is stopped: it releases nothing until it is resumed
+Position:  1 in queue team-a (first in line)
+Estimate:  none (the scheduler estimates only a backoff's end)
+
+Quotas, from the job's up:
+  QUOTA    MIN     MAX                 USED    BORROWED   LENT
+  team-a   cpu=4   cpu=2,memory=64Gi   cpu=0   -          cpu=1
+"
+    );
+}

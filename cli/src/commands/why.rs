@@ -435,9 +435,13 @@ impl Render for Why {
             }
         }
         if !self.quota_path.is_empty() {
+            // The quota whose limit stops it; a stopped queue names its
+            // queue there (the scheduler's Queue of a quota has the quota's
+            // name), and the quota has nothing to do with it.
             let stopping = self
                 .pending
                 .as_ref()
+                .filter(|p| p.reason.kind != WaitType::QueueStopped)
                 .and_then(|p| p.reason.quota.as_deref());
             let mut t = Table::new(&["quota", "min", "max", "used", "borrowed", "lent", ""]);
             for q in &self.quota_path {
