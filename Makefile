@@ -7,7 +7,7 @@ export KOORD_QUEUE_CACHE ?= $(HOME)/.cache/koord-queue
 # rerun when it changes (checkouts sharing a target directory, as CI's).
 export KOORD_QUEUE_SOURCE_DIR := $(CURDIR)
 
-.PHONY: help provision crds build lint test cli cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push
+.PHONY: help provision crds build lint test cli cluster run bench-e2e bench-chaos bench-fairness bench-memory provision-kueue bench-kueue bench-kueue-perf images image-binaries push simulate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,17 @@ bench-chaos: provision ## The baseline shape with faults: 2 scheduler + 2 webhoo
 
 bench-fairness: provision ## Fair sharing of borrowed capacity: 3 siblings, weights 1:1:2, off then on (writes $(BENCH_OUT)/fairness.json/.svg; BENCH_ARGS="--fair-sharing on")
 	$(CARGO) run --release -q -p koord-queue-bench --bin bench-e2e -- --phases fairness --out-dir $(BENCH_OUT) $(BENCH_ARGS)
+
+# A trace replayed against cluster objects in virtual time (docs/simulate.md);
+# without OBJECTS and TRACE, the worked example there (two weights compared).
+SIM_OUT ?= .local/simulate
+simulate: ## Replay a trace against cluster objects in virtual time (OBJECTS=cluster.yaml TRACE=trace.jsonl; default: docs/simulate.md's example, two configurations compared; writes $(SIM_OUT)/report.json/.html)
+	@mkdir -p $(SIM_OUT)
+	@if [ -n "$(OBJECTS)" ]; then \
+		$(CARGO) run --release -q -p koord-queue-sim --bin koord-queue-simulate -- run --objects $(OBJECTS) --trace $(TRACE) --out $(SIM_OUT)/report.json --html $(SIM_OUT)/report.html $(SIM_ARGS); \
+	else \
+		$(CARGO) run --release -q -p koord-queue-sim --bin koord-queue-simulate -- run --compare sim/examples/fair-equal.yaml sim/examples/fair-weighted.yaml --trace sim/examples/fair-trace.jsonl --by quota --out $(SIM_OUT)/report.json --html $(SIM_OUT)/report.html $(SIM_ARGS); \
+	fi
 
 provision-kueue: provision ## Build Kueue v0.17.0 (manager, minimalkueue, perf runner) into $(KOORD_QUEUE_CACHE) for the comparison (cold: minutes; never run by test/CI)
 	@bench/provision/kueue.sh >/dev/null
