@@ -55,6 +55,24 @@ pub(super) const PREEMPTED: &str = "Preempted";
 /// share of a fair-sharing parent's pool.
 pub(super) const FAIR_SHARE: &str = "FairShareReclaimed";
 
+/// Reason of a unit sent back because its Queue was stopped with
+/// `HoldAndDrain`.
+pub(super) const QUEUE_DRAINED: &str = "QueueDrained";
+
+/// The reason of the Event the job gets when its unit is sent back for
+/// `reason` (the backoff's condition reason).
+pub(super) fn event_reason(reason: &str) -> &'static str {
+    match reason {
+        RECLAIMED => "Reclaimed",
+        PREEMPTED => "Preempted",
+        FAIR_SHARE => "FairShareReclaimed",
+        QUEUE_DRAINED => "QueueDrained",
+        "AdmissionCheck" => "AdmissionCheckFailed",
+        "SchedulingTimeout" => "SchedulingFailed",
+        _ => "RunningTimeout",
+    }
+}
+
 /// Where a backoff message says when the unit returns.
 pub(super) const BACK_IN_QUEUE: &str = "; back in queue ";
 

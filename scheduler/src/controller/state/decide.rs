@@ -9,7 +9,7 @@ use std::time::Duration;
 use koord_queue_api::jobs::JobState;
 use koord_queue_api::queue_unit::{CheckState, QueueUnitPhase};
 
-use super::backoff::{backoff, sched_failed_reason};
+use super::backoff::{QUEUE_DRAINED, backoff, sched_failed_reason};
 use super::release_write::{release_again, release_phase};
 use super::view::{UnitView, strict_timeout};
 use super::{Membership, job_ref, millis, queue_of};
@@ -336,10 +336,6 @@ fn holding_outcome(
         _ => None,
     }
 }
-
-/// Reason of a unit sent back because its Queue was stopped with
-/// `HoldAndDrain`.
-const QUEUE_DRAINED: &str = "QueueDrained";
 
 /// A unit holding quota in a drained Queue (`spec.stopPolicy:
 /// HoldAndDrain`): sent back as a running timeout is — its job held again

@@ -3,7 +3,7 @@
 use koord_queue_api::Resources;
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
 
-use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED};
+use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, event_reason};
 use super::{Controller, Membership, core_step, job_ref, queue_of};
 use crate::controller::metrics::AttemptLabels;
 use crate::controller::records::{JobKey, Key};
@@ -286,14 +286,7 @@ impl Controller {
             {
                 j.held = true;
             }
-            let event_reason = match reason {
-                RECLAIMED => "Reclaimed",
-                PREEMPTED => "Preempted",
-                FAIR_SHARE => "FairShareReclaimed",
-                "AdmissionCheck" => "AdmissionCheckFailed",
-                "SchedulingTimeout" => "SchedulingFailed",
-                _ => "RunningTimeout",
-            };
+            let event_reason = event_reason(reason);
             let target = job.or_else(|| {
                 self.jobs
                     .get(&st.rec.job_key())

@@ -1,9 +1,12 @@
-//! Sending a unit back (`state/backoff.rs`): the delay, and the reason a
-//! send-back repeats when it was interrupted.
+//! Sending a unit back (`state/backoff.rs`): the delay, the reason a
+//! send-back repeats when it was interrupted, and the Event the job hears.
 
 use std::time::Duration;
 
-use crate::controller::state::backoff::{BACK_IN_QUEUE, backoff_delay, sched_failed_reason};
+use crate::controller::state::backoff::{
+    BACK_IN_QUEUE, FAIR_SHARE, PREEMPTED, QUEUE_DRAINED, RECLAIMED, backoff_delay, event_reason,
+    sched_failed_reason,
+};
 
 #[test]
 fn backoff_doubles_from_ten_seconds_up_to_fifteen_minutes_with_jitter() {
@@ -28,5 +31,24 @@ fn an_interrupted_sched_failed_send_back_repeats_its_reason_once() {
         let reason = sched_failed_reason(other);
         assert!(reason.starts_with("SchedFailed: "), "{reason}");
         assert!(!reason.contains(BACK_IN_QUEUE), "{reason}");
+    }
+}
+
+#[test]
+fn the_job_hears_why_its_unit_was_sent_back() {
+    // Each reason `decide.rs` and `release.rs` send a unit back for.
+    let cases = [
+        (RECLAIMED, "Reclaimed"),
+        (PREEMPTED, "Preempted"),
+        (FAIR_SHARE, "FairShareReclaimed"),
+        // A drained queue is an administrator's act, not a job too slow to
+        // start (it read RunningTimeout).
+        (QUEUE_DRAINED, "QueueDrained"),
+        ("AdmissionCheck", "AdmissionCheckFailed"),
+        ("SchedulingTimeout", "SchedulingFailed"),
+        ("RunningTimeout", "RunningTimeout"),
+    ];
+    for (reason, event) in cases {
+        assert_eq!(event_reason(reason), event, "{reason}");
     }
 }
