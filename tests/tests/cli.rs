@@ -24,7 +24,7 @@ use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path
 use koord_queue_tests::{
     ControlPlane, fixtures, install, scheduler, shared, tenant, tools, webhook,
 };
-use koord_queue_visibility::types::PendingUnitList;
+use koord_queue_visibility::types::{PendingUnitList, WaitType};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -126,15 +126,35 @@ async fn tenant(
     (quota, ns, kubeconfig)
 }
 
-/// Creates jobs `(name, cpu, run_for)` in `ns` charged to `quota`, one
-/// creation second apart (the serving order is the creation order).
+/// Creates jobs `(name, cpu, run_for)` in `ns` charged to `quota`, in
+/// that serving order: units of one priority are served by their creation
+/// time, which has whole seconds, and the webhook stores a job's unit after
+/// the job — so each next job is created only once the unit before it is
+/// stored, and a second later.
 async fn jobs(cp: &ControlPlane, ns: &str, quota: &str, jobs: &[(&str, &str, &str)]) {
     for (name, cpu, run_for) in jobs {
         kubectl_create_job(cp, ns, &job_yaml(name, quota, cpu, run_for))
             .await
             .unwrap();
+        wait_unit(cp, ns, name).await;
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
+}
+
+/// Waits until job `job`'s unit is stored; its name.
+async fn wait_unit(cp: &ControlPlane, ns: &str, job: &str) -> String {
+    let admin = cp.client().await.unwrap();
+    fixtures::eventually(LONG, || {
+        let admin = admin.clone();
+        async move { Ok(e2e::unit_of_job(&admin, ns, job).await?.is_some()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("job {ns}/{job} has no QueueUnit: {e}"));
+    e2e::unit_of_job(&admin, ns, job)
+        .await
+        .unwrap()
+        .and_then(|u| u.metadata.name)
+        .unwrap()
 }
 
 /// One run of the CLI.
@@ -182,18 +202,6 @@ async fn ok(kubeconfig: &Path, args: &[&str]) -> Run {
     run
 }
 
-/// The unit name of job `job` in `ns`.
-async fn unit_name(cp: &ControlPlane, ns: &str, job: &str) -> String {
-    let admin = cp.client().await.unwrap();
-    e2e::unit_of_job(&admin, ns, job)
-        .await
-        .unwrap()
-        .expect("a unit")
-        .metadata
-        .name
-        .unwrap()
-}
-
 #[tokio::test]
 async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
     let cp = setup().await;
@@ -213,7 +221,7 @@ async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
     for j in ["j2", "j3"] {
         wait_phase(&admin, &ns, j, &[Enqueued], LONG).await.unwrap();
     }
-    let j2 = unit_name(cp, &ns, "j2").await;
+    let j2 = wait_unit(cp, &ns, "j2").await;
 
     // The tenant: the reason with its figures, the quota that stops it,
     // its place, what is ahead (from its own namespace, said so).
@@ -292,7 +300,7 @@ async fn why_a_job_waits_behind_a_block_head() {
     wait_phase(&admin, &ns, "j1", &[Running], LONG)
         .await
         .unwrap();
-    let head = unit_name(cp, &ns, "j2").await;
+    let head = wait_unit(cp, &ns, "j2").await;
     fixtures::eventually(LONG, || {
         let cfg = tenant_cfg.clone();
         let ns = ns.clone();
@@ -364,7 +372,11 @@ async fn pending_lists_in_the_schedulers_order_and_json_round_trips() {
         names(&api)
     );
     let run = ok(admin_cfg, &["pending", "--queue", &quota, "-o", "name"]).await;
-    assert_eq!(run.out.lines().count(), 3, "{}", run.out);
+    let want: Vec<String> = order
+        .iter()
+        .map(|n| format!("queueunit.scheduling.x-k8s.io/{n}"))
+        .collect();
+    assert_eq!(run.out.lines().collect::<Vec<_>>(), want, "{}", run.out);
     // An empty namespace: nothing on stdout, a sentence on stderr.
     let (_, empty_ns, empty_cfg) = tenant(cp, "clie", "1", None).await;
     let run = ok(&empty_cfg, &["pending", "-n", &empty_ns]).await;
@@ -412,9 +424,10 @@ async fn a_tenant_is_refused_another_namespace_and_a_queue_with_the_permission_n
         "{}",
         run.err
     );
-    // A bad command line is exit code 2.
+    // A bad command line is exit code 2, and says what is wrong.
     let run = cli(&tenant_cfg, &["why", "nokind/x"]).await;
     assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.err.contains("nokind"), "{run:?}");
 }
 
 #[tokio::test]
@@ -461,6 +474,15 @@ async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
     })
     .await
     .expect("the held job says its queue is stopped");
+    // Its quota has room: it is not the quota that stops it.
+    let run = ok(&tenant_cfg, &["why", "job/held", "-n", &ns]).await;
+    assert!(
+        run.out
+            .contains(&format!("queue {held_q} is stopped: it releases nothing")),
+        "{}",
+        run.out
+    );
+    assert!(!run.out.contains("◀"), "{}", run.out);
     // It stays held: a few more cycles release nothing.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -503,7 +525,16 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
     wait_phase(&admin, &ns, "j1", &[TimeoutBackoff], LONG)
         .await
         .unwrap();
-    assert!(e2e::job_suspended(&admin, &ns, "j1").await.unwrap());
+    // The unit is sent back first, then its job suspended (apply.rs: from
+    // the moment the unit reads TimeoutBackoff the webhook refuses an
+    // unsuspend).
+    fixtures::eventually(LONG, || {
+        let admin = admin.clone();
+        let ns = ns.clone();
+        async move { e2e::job_suspended(&admin, &ns, "j1").await }
+    })
+    .await
+    .expect("the drained job is suspended again");
     // In backoff: why says so, with when it is back in line.
     let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns]).await;
     assert!(run.out.contains("Reason:    Backoff"), "{}", run.out);
@@ -515,7 +546,35 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
     let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns, "-o", "json"]).await;
     let why: Why = serde_json::from_str(&run.out).unwrap();
     assert!(why.estimated_start.is_some(), "{why:?}");
-    assert!(why.message.unwrap_or_default().contains("QueueDrained") || why.pending.is_some());
+    assert_eq!(
+        why.pending.as_ref().map(|p| p.reason.kind),
+        Some(WaitType::Backoff),
+        "{why:?}"
+    );
+    assert!(
+        why.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&format!(
+                "queue {quota} was stopped and drained (HoldAndDrain)"
+            )),
+        "{why:?}"
+    );
+    // The job heard why (an Event written after the unit's status).
+    fixtures::eventually(LONG, || {
+        let cfg = tenant_cfg.clone();
+        let ns = ns.clone();
+        async move {
+            let run = cli(&cfg, &["why", "job/j1", "-n", &ns, "-o", "json"]).await;
+            let why: Why = serde_json::from_str(&run.out)?;
+            Ok(why
+                .events
+                .iter()
+                .any(|e| e.reason == "QueueDrained" && e.kind == "Warning"))
+        }
+    })
+    .await
+    .expect("the job's Event says its queue was drained");
     // Back from its backoff, it waits in the stopped queue; resumed, it runs.
     wait_phase(&admin, &ns, "j1", &[Enqueued], LONG)
         .await
