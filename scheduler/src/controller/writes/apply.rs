@@ -400,15 +400,10 @@ impl Writer {
         status: &QueueStatus,
     ) -> Result<Option<u64>, kube::Error> {
         let api: Api<Queue> = Api::namespaced(self.client.clone(), &self.queue_namespace());
-        let mut body = serde_json::to_value(status).unwrap_or(Value::Null);
-        // Merge patch: an emptied list must be written as empty, not omitted.
-        if body.get("queueItemDetails").is_none() {
-            body["queueItemDetails"] = json!({ "active": [] });
-        }
         api.patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "status": body })),
+            &Patch::Merge(queue_status_patch(status)),
         )
         .await?;
         Ok(None)
@@ -524,6 +519,21 @@ fn release_status(
     status
 }
 
+/// The merge patch that writes a Queue's `status`. An emptied list is
+/// written as empty, not omitted (which a merge patch reads as "unchanged"):
+/// the last waiting unit gone, the last condition removed (a resumed
+/// Queue's `Stopped`, a `MinOvercommitted` resolved).
+fn queue_status_patch(status: &QueueStatus) -> Value {
+    let mut body = serde_json::to_value(status).unwrap_or(Value::Null);
+    if body.get("queueItemDetails").is_none() {
+        body["queueItemDetails"] = json!({ "active": [] });
+    }
+    if body.get("conditions").is_none() {
+        body["conditions"] = json!([]);
+    }
+    json!({ "status": body })
+}
+
 /// The status of a phase change. The conditions follow the phase: a
 /// finished unit reads Finished, not still QuotaReserved and Admitted; a
 /// unit that neither holds quota nor waits has no position.
@@ -551,7 +561,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use super::until_known;
+    use koord_queue_api::QueueStatus;
+    use serde_json::json;
+
+    use super::{queue_status_patch, until_known};
     use crate::controller::writes::writer::{Fenced, outcome_unknown};
     use std::sync::Mutex;
 
@@ -595,5 +608,25 @@ mod tests {
         let fenced = until_known(answers(vec![kube::Error::Service(Box::new(Fenced))])).await;
         assert!(fenced.is_err());
         assert_eq!(sent.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_queue_status_patch_writes_emptied_lists_as_empty() {
+        // A resumed Queue with nothing waiting: its Stopped condition and
+        // its last entry must go, which omitting the fields would not do.
+        let status = QueueStatus {
+            pending: Some(0),
+            admitted: Some(1),
+            ..QueueStatus::default()
+        };
+        assert_eq!(
+            queue_status_patch(&status),
+            json!({ "status": {
+                "queueItemDetails": { "active": [] },
+                "pending": 0,
+                "admitted": 1,
+                "conditions": [],
+            }})
+        );
     }
 }
