@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running, TimeoutBackoff};
+use koord_queue_api::{Queue, keys};
 use koord_queue_cli::{QueueSummaryList, Why};
 use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
@@ -155,6 +156,29 @@ async fn wait_unit(cp: &ControlPlane, ns: &str, job: &str) -> String {
         .unwrap()
         .and_then(|u| u.metadata.name)
         .unwrap()
+}
+
+/// Waits until Queue `queue`'s `Stopped` condition has reason `policy`
+/// (`None`: until it has none) — the scheduler writes it from the Queue it
+/// holds, so then it honours the policy.
+async fn wait_stopped(cp: &ControlPlane, queue: &str, policy: Option<&str>) {
+    let queues = Api::<Queue>::namespaced(cp.client().await.unwrap(), keys::SYSTEM_NAMESPACE);
+    fixtures::eventually(LONG, || {
+        let queues = queues.clone();
+        async move {
+            let q = queues.get(queue).await?;
+            let reason = q
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Stopped" && c.status == "True")
+                .map(|c| c.reason);
+            Ok(reason.as_deref() == policy)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("queue {queue}: Stopped condition not {policy:?}: {e}"));
 }
 
 /// One run of the CLI.
@@ -447,6 +471,8 @@ async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
     })
     .await
     .expect("the scheduler's Queue of the quota exists and is stopped");
+    // The scheduler has seen it once the Queue says so (its condition).
+    wait_stopped(cp, &held_q, Some("Hold")).await;
     let run = ok(admin_cfg, &["queues", "-o", "json"]).await;
     let queues: QueueSummaryList = serde_json::from_str(&run.out).unwrap();
     let mine = queues.items.iter().find(|q| q.name == held_q).unwrap();
@@ -494,6 +520,7 @@ async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
     // Resumed: released.
     let run = ok(admin_cfg, &["resume", &held_q]).await;
     assert!(run.out.contains("resumed"), "{}", run.out);
+    wait_stopped(cp, &held_q, None).await;
     wait_phase(&admin, &ns, "held", &[Running], LONG)
         .await
         .unwrap();
@@ -522,6 +549,7 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
         .unwrap();
     let run = ok(admin_cfg, &["stop", &quota, "--drain"]).await;
     assert!(run.out.contains("HoldAndDrain"), "{}", run.out);
+    wait_stopped(cp, &quota, Some("HoldAndDrain")).await;
     wait_phase(&admin, &ns, "j1", &[TimeoutBackoff], LONG)
         .await
         .unwrap();
@@ -579,6 +607,17 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
     wait_phase(&admin, &ns, "j1", &[Enqueued], LONG)
         .await
         .unwrap();
+    fixtures::eventually(LONG, || {
+        let cfg = tenant_cfg.clone();
+        let ns = ns.clone();
+        async move {
+            let run = cli(&cfg, &["why", "job/j1", "-n", &ns]).await;
+            Ok(run.out.contains("Reason:    QueueStopped"))
+        }
+    })
+    .await
+    .expect("back from its backoff, it waits in the stopped queue");
+    assert!(e2e::job_suspended(&admin, &ns, "j1").await.unwrap());
     ok(admin_cfg, &["resume", &quota]).await;
     wait_phase(&admin, &ns, "j1", &[Running], LONG)
         .await
