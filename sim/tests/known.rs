@@ -130,7 +130,10 @@ fn a_run_starts_from_a_given_state() {
     sim.add_running(running, 100, 5_000);
     let w = sim.add_job(waiting);
     let l = sim.add_job(later);
-    sim.run(None);
+    // An estimate stops once every waiting job is released.
+    let run = sim.run_to_releases(None);
+    assert_eq!(run.end_ms, 8_040);
+    assert_eq!(sim.outcomes()[w].end_ms, None);
     assert_eq!(sim.outcomes()[w].first_release_ms, Some(5_020));
     // Submitted later, it waits behind `w` for the quota (Priority policy
     // would pass it, but `w` holds all 2 cpu until 8,020).

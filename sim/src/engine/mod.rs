@@ -176,6 +176,8 @@ pub struct Simulation {
     stats: RunStats,
     /// Units waiting now.
     waiting: u64,
+    /// Jobs added to be submitted that were not released yet and still may.
+    unreleased: u64,
 }
 
 impl Simulation {
@@ -225,6 +227,7 @@ impl Simulation {
             root_capacity,
             stats: RunStats::default(),
             waiting: 0,
+            unreleased: 0,
         })
     }
 
@@ -264,6 +267,7 @@ impl Simulation {
     pub fn add_job(&mut self, job: Job) -> usize {
         let at = job.submit_ms + self.settings.latency.admit_ms;
         let i = self.push_job(job);
+        self.unreleased += 1;
         self.calendar.push_arrival(at, i);
         i as usize
     }
@@ -384,8 +388,21 @@ impl Simulation {
 
     /// Runs until nothing is left to happen, or until `until_ms`.
     pub fn run(&mut self, until_ms: Option<i64>) -> RunStats {
+        self.run_while(until_ms, false)
+    }
+
+    /// Runs until every job added with [`Simulation::add_job`] was released
+    /// (or can never be), or until `until_ms`: what an estimate of start
+    /// times needs — the ends of the jobs after that change nothing.
+    pub fn run_to_releases(&mut self, until_ms: Option<i64>) -> RunStats {
+        self.run_while(until_ms, true)
+    }
+
+    fn run_while(&mut self, until_ms: Option<i64>, to_releases: bool) -> RunStats {
         self.start();
-        while let Some((at, kind)) = self.calendar.pop_until(until_ms) {
+        while !(to_releases && self.unreleased == 0)
+            && let Some((at, kind)) = self.calendar.pop_until(until_ms)
+        {
             // What was due before the start happens at the start, in order.
             self.now = at.max(self.start_ms);
             self.stats.events += 1;

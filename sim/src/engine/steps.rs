@@ -63,12 +63,16 @@ impl Simulation {
             // (a name may be used again once the first job is gone).
             self.phase[i as usize] = Phase::Done;
             self.stats.refused += 1;
+            self.unreleased = self.unreleased.saturating_sub(1);
             return;
         }
         if self.core.upsert_unit(&job.unit_def()).is_err() {
             // A name the core refuses: the scheduler logs it and never
             // releases the unit.
             self.phase[i as usize] = Phase::Done;
+            if self.outcomes[i as usize].first_release_ms.is_none() {
+                self.unreleased = self.unreleased.saturating_sub(1);
+            }
             return;
         }
         self.keys.insert(key, i);
@@ -126,6 +130,9 @@ impl Simulation {
             self.phase[idx] = Phase::Holding;
             self.generation[idx] += 1;
             let o = &mut self.outcomes[idx];
+            if o.first_release_ms.is_none() {
+                self.unreleased = self.unreleased.saturating_sub(1);
+            }
             o.first_release_ms.get_or_insert(self.now);
             o.last_release_ms = Some(self.now);
             o.releases += 1;
