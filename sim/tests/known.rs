@@ -133,11 +133,13 @@ fn a_run_starts_from_a_given_state() {
     // An estimate stops once every waiting job is released.
     let run = sim.run_to_releases(None);
     assert_eq!(run.end_ms, 8_040);
-    assert_eq!(sim.outcomes()[w].end_ms, None);
+    assert_eq!(sim.outcomes()[w].end_ms, Some(8_020));
     assert_eq!(sim.outcomes()[w].first_release_ms, Some(5_020));
     // Submitted later, it waits behind `w` for the quota (Priority policy
     // would pass it, but `w` holds all 2 cpu until 8,020).
     assert_eq!(sim.outcomes()[l].first_release_ms, Some(8_040));
+    // Its end is past where the estimate stopped.
+    assert_eq!(sim.outcomes()[l].end_ms, None);
 }
 
 #[test]
