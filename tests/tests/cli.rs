@@ -89,11 +89,39 @@ async fn tenant(
     cpu: &str,
     policy: Option<&str>,
 ) -> (String, String, PathBuf) {
+    tenant_under(cp, prefix, cpu, policy, None).await
+}
+
+/// A parent quota (min 2, max 4 cpu) to put tenants' quotas under.
+async fn parent_quota(cp: &ControlPlane, prefix: &str) -> String {
+    let parent = fixtures::unique_name(&format!("{prefix}p"));
+    e2e::create_quota(
+        &cp.client().await.unwrap(),
+        &parent,
+        None,
+        true,
+        "2",
+        "4",
+        None,
+    )
+    .await
+    .unwrap();
+    parent
+}
+
+/// [`tenant`] whose quota is a child of `parent`.
+async fn tenant_under(
+    cp: &ControlPlane,
+    prefix: &str,
+    cpu: &str,
+    policy: Option<&str>,
+    parent: Option<&str>,
+) -> (String, String, PathBuf) {
     let quota = fixtures::unique_name(&format!("{prefix}q"));
     e2e::create_quota(
         &cp.client().await.unwrap(),
         &quota,
-        None,
+        parent,
         false,
         cpu,
         cpu,
@@ -231,7 +259,8 @@ async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
     let cp = setup().await;
     let admin_cfg = cp.kubeconfig();
     let admin = cp.client().await.unwrap();
-    let (quota, ns, tenant_cfg) = tenant(cp, "cliq", "1", None).await;
+    let parent = parent_quota(cp, "cliq").await;
+    let (quota, ns, tenant_cfg) = tenant_under(cp, "cliq", "1", None, Some(&parent)).await;
     jobs(
         cp,
         &ns,
@@ -260,7 +289,16 @@ async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
         text.contains(&format!("Position:  2 in queue {quota} (1 ahead)")),
         "{text}"
     );
-    assert!(text.contains("◀ stops it"), "{text}");
+    let marked: Vec<&str> = text.lines().filter(|l| l.contains("◀ stops it")).collect();
+    assert!(
+        marked.len() == 1 && marked[0].trim_start().starts_with(&format!("{quota} ")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{parent} "))),
+        "the parent quota is listed: {text}"
+    );
     assert!(text.contains(&j2), "the unit ahead is listed: {text}");
     assert!(
         text.contains("only your namespace's units ahead are listed"),
@@ -289,10 +327,12 @@ async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
     let pending = why.pending.as_ref().expect("it waits");
     assert_eq!(json!(pending.position), entry["position"]);
     assert_eq!(json!(pending.reason.kind), entry["reason"]["type"]);
-    assert_eq!(
-        why.quota_path.first().map(|q| q.metadata.name.as_str()),
-        Some(quota.as_str())
-    );
+    let path: Vec<&str> = why
+        .quota_path
+        .iter()
+        .map(|q| q.metadata.name.as_str())
+        .collect();
+    assert_eq!(path, [quota.as_str(), parent.as_str()]);
 
     // Released: its phase, no reason.
     let run = ok(&tenant_cfg, &["why", "job/j1", "-n", &ns]).await;
@@ -628,24 +668,38 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
 async fn quotas_queues_and_version_read_as_each_may() {
     let cp = setup().await;
     let admin_cfg = cp.kubeconfig();
-    let (quota, ns, tenant_cfg) = tenant(cp, "cliv", "2", None).await;
+    let parent = parent_quota(cp, "cliv").await;
+    let (quota, ns, tenant_cfg) = tenant_under(cp, "cliv", "2", None, Some(&parent)).await;
     jobs(cp, &ns, &quota, &[("j1", "1", "1h")]).await;
     wait_phase(&cp.client().await.unwrap(), &ns, "j1", &[Running], LONG)
         .await
         .unwrap();
-    // The tenant may not list every quota: the ones serving its namespace.
+    // The tenant may not list every quota: the ones serving its namespace,
+    // with their ancestors, as a tree; used counts the subtree.
     let run = ok(&tenant_cfg, &["quotas", "-n", &ns, "-o", "wide"]).await;
-    let row = run
-        .out
-        .lines()
-        .find(|l| l.starts_with(&quota))
-        .expect("its quota");
-    assert!(row.contains("cpu=1"), "{}", run.out);
+    let lines: Vec<&str> = run.out.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.out);
+    assert!(lines[1].starts_with(&format!("{parent} ")), "{}", run.out);
+    assert!(lines[2].starts_with(&format!("└─ {quota} ")), "{}", run.out);
+    for row in &lines[1..] {
+        assert!(row.contains("cpu=1,"), "used: {}", run.out);
+    }
     let run = ok(&tenant_cfg, &["quotas"]).await;
     assert!(
-        run.err.contains("showing the quotas serving namespace"),
+        run.err.contains(&format!(
+            "showing the quotas serving namespace {ns} (every quota needs list on quotausages"
+        )),
         "{run:?}"
     );
+    let child: Vec<&str> = run
+        .out
+        .lines()
+        .find(|l| l.starts_with("└─ "))
+        .expect("its quota under its parent")
+        .split_whitespace()
+        .collect();
+    // └─, NAME, MIN, MAX, USED: the table shows --resource cpu alone.
+    assert_eq!(child[1..5], [quota.as_str(), "2", "2", "1"], "{}", run.out);
     // The administrator sees them all; JSON is the API's list.
     let run = ok(admin_cfg, &["quotas", "-o", "json"]).await;
     let list: koord_queue_visibility::types::QuotaUsageList =
