@@ -313,8 +313,11 @@ pub async fn serve_tls(
     header_timeout: Duration,
     handle: axum_server::Handle<std::net::SocketAddr>,
 ) -> std::io::Result<()> {
-    let acceptor =
-        axum_server::tls_rustls::RustlsAcceptor::new(tls).handshake_timeout(header_timeout);
+    // TCP_NODELAY, as the visibility API: an answer's last segment must not
+    // wait for the API server's delayed ACK.
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(header_timeout)
+        .acceptor(axum_server::accept::NoDelayAcceptor);
     let mut server = axum_server::from_tcp(listener)?
         .acceptor(acceptor)
         .handle(handle);
