@@ -403,3 +403,48 @@ Quotas, from the job's up:
 "
     );
 }
+
+#[test]
+fn why_names_the_unit_ahead_once() {
+    let mut me = unit(
+        "j3-f4a39a1b",
+        Some(2),
+        WaitType::BehindHead,
+        "2026-12-05T10:04:59Z",
+    );
+    me.reason.resource = None;
+    me.reason.short_by = None;
+    me.reason.quota = None;
+    me.reason.behind = Some("team-a/j2-cd76f72a".into());
+    // The scheduler's sentence names it (BlockedBehind)...
+    me.reason.message = "waiting behind team-a/j2-cd76f72a (Block policy)".into();
+    let mut why = Why {
+        job: JobOf {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "j3".into(),
+        },
+        unit: me.metadata.clone(),
+        queue: "team-a".into(),
+        quota: Some("team-a".into()),
+        phase: Some("Enqueued".into()),
+        message: Some(me.reason.message.clone()),
+        pending: Some(me),
+        ahead: Vec::new(),
+        quota_path: Vec::new(),
+        estimated_start: None,
+        events: Vec::new(),
+        notes: Vec::new(),
+    };
+    let text = why.human(&how());
+    assert_eq!(text.matches("team-a/j2-cd76f72a").count(), 1, "{text}");
+    // ...one that does not gets its own line.
+    if let Some(p) = why.pending.as_mut() {
+        p.reason.message = "the reserving head keeps the room".into();
+    }
+    let text = why.human(&how());
+    assert!(
+        text.contains("\n           waiting behind team-a/j2-cd76f72a\n"),
+        "{text}"
+    );
+}

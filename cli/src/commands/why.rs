@@ -412,7 +412,10 @@ impl Render for Why {
                         .unwrap_or_else(|| " in the cluster".into());
                     line(&mut out, "", &format!("short of {resource} by {short}{on}"));
                 }
-                if let Some(behind) = &p.reason.behind {
+                // The unit ahead, unless the reason's sentence names it.
+                if let Some(behind) = &p.reason.behind
+                    && !p.reason.message.contains(behind.as_str())
+                {
                     line(&mut out, "", &format!("waiting behind {behind}"));
                 }
                 let position = match p.position {
