@@ -152,7 +152,20 @@ async fn tenant_under(
         context["context"]["namespace"] = json!(ns);
     }
     std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
+    wait_queue(cp, &quota).await;
     (quota, ns, kubeconfig)
+}
+
+/// Waits until the scheduler has made the Queue of quota `quota` — before
+/// it, a job of the quota waits as Misconfigured ("queue does not exist").
+async fn wait_queue(cp: &ControlPlane, quota: &str) {
+    let queues = Api::<Queue>::namespaced(cp.client().await.unwrap(), keys::SYSTEM_NAMESPACE);
+    fixtures::eventually(LONG, || {
+        let queues = queues.clone();
+        async move { Ok(queues.get_opt(quota).await?.is_some()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("no Queue for quota {quota}: {e}"));
 }
 
 /// Creates jobs `(name, cpu, run_for)` in `ns` charged to `quota`, in
@@ -504,13 +517,13 @@ async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
     e2e::create_quota(&admin, &other_q, None, false, "2", "2", None)
         .await
         .unwrap();
-    fixtures::eventually(LONG, || {
-        let cfg = admin_cfg.to_path_buf();
-        let q = held_q.clone();
-        async move { Ok(cli(&cfg, &["stop", &q]).await.code == 0) }
-    })
-    .await
-    .expect("the scheduler's Queue of the quota exists and is stopped");
+    wait_queue(cp, &other_q).await;
+    let run = ok(admin_cfg, &["stop", &held_q]).await;
+    assert!(
+        run.out.contains("stopped (Hold: releases nothing"),
+        "{}",
+        run.out
+    );
     // The scheduler has seen it once the Queue says so (its condition).
     wait_stopped(cp, &held_q, Some("Hold")).await;
     let run = ok(admin_cfg, &["queues", "-o", "json"]).await;
