@@ -30,13 +30,17 @@ pub struct ItemMeta {
     pub creation_timestamp: Option<String>,
 }
 
-/// List metadata (`metadata` of a list): how many items follow the page.
+/// List metadata (`metadata` of a list): how many items follow the page,
+/// and the token that asks for the next one.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListMeta {
     /// Items after this page (absent on the last page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining_item_count: Option<u64>,
+    /// Give it as `?continue=` for the next page (absent on the last page).
+    #[serde(rename = "continue", default, skip_serializing_if = "Option::is_none")]
+    pub continue_: Option<String>,
 }
 
 /// The job a unit queues.
@@ -274,6 +278,7 @@ impl PendingUnitList {
             kind: "PendingUnitList".into(),
             metadata: ListMeta {
                 remaining_item_count: (remaining > 0).then_some(remaining),
+                continue_: None,
             },
             items,
         }
