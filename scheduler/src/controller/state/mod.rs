@@ -103,6 +103,8 @@ pub struct Controller {
     ran_first_cycle: bool,
     /// What the visibility passes keep (see `visibility.rs`).
     visibility: Visibility,
+    /// The order of the last visibility API listing, for its next pages.
+    listing: pending::LastListing,
     /// What the repairs of missing units and jobs keep (see `repair.rs`).
     repair: Repair,
     retry: HashSet<Key>,
@@ -164,6 +166,7 @@ impl Controller {
             cycle_due: None,
             ran_first_cycle: false,
             visibility: Visibility::default(),
+            listing: pending::LastListing::default(),
             repair: Repair::default(),
             retry: HashSet::new(),
             to_enqueue: HashSet::new(),

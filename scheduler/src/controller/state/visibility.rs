@@ -43,6 +43,11 @@ impl Visibility {
         self.gate.changed();
     }
 
+    /// The generation of what users see (bumped by every change).
+    pub(super) fn generation(&self) -> u64 {
+        self.gate.generation
+    }
+
     /// Whether a pass is due at `now` — something may have changed and the
     /// last pass is at least `interval` ago — and if so, it starts.
     fn start_pass(&mut self, now: Instant, interval: Duration) -> bool {

@@ -47,7 +47,7 @@ fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
     ))));
 }
 
-fn ask(s: &Scenario, ask: Ask, page: Page) -> Answer {
+fn ask(s: &mut Scenario, ask: Ask, page: Page) -> Answer {
     let (reply, answer) = oneshot::channel();
     s.controller.answer(Query { ask, page, reply });
     answer.blocking_recv().unwrap()
@@ -88,8 +88,12 @@ fn four_and_one_sent_back() -> Scenario {
 
 #[test]
 fn a_namespace_lists_its_units_in_line_by_place_then_those_sent_back() {
-    let s = four_and_one_sent_back();
-    let (items, remaining) = units(ask(&s, Ask::Namespace(Some("ns".into())), Page::default()));
+    let mut s = four_and_one_sent_back();
+    let (items, remaining) = units(ask(
+        &mut s,
+        Ask::Namespace(Some("ns".into())),
+        Page::default(),
+    ));
     assert_eq!(names(&items), ["c", "d", "e"]);
     assert_eq!(remaining, 0);
     assert_eq!(
@@ -110,7 +114,7 @@ fn a_namespace_lists_its_units_in_line_by_place_then_those_sent_back() {
     assert_eq!(e.reason.message, "preempted by ns/x");
     // Another namespace has nothing.
     let (none, _) = units(ask(
-        &s,
+        &mut s,
         Ask::Namespace(Some("other".into())),
         Page::default(),
     ));
@@ -119,25 +123,52 @@ fn a_namespace_lists_its_units_in_line_by_place_then_those_sent_back() {
 
 #[test]
 fn a_queue_backlog_pages_and_a_missing_queue_says_so() {
-    let s = four_and_one_sent_back();
+    let mut s = four_and_one_sent_back();
     let page = Page {
         offset: 1,
         limit: Some(1),
     };
-    let (items, remaining) = units(ask(&s, Ask::Queue("q".into()), page));
+    let (items, remaining) = units(ask(&mut s, Ask::Queue("q".into()), page));
     assert_eq!(names(&items), ["d"]);
     assert_eq!(items[0].position, Some(2));
     assert_eq!(remaining, 1, "the unit sent back follows");
     assert_eq!(
-        ask(&s, Ask::Queue("nope".into()), Page::default()),
+        ask(&mut s, Ask::Queue("nope".into()), Page::default()),
         Answer::NoSuchQueue
     );
 }
 
 #[test]
+fn the_pages_of_a_listing_follow_what_changed_between_them() {
+    let mut s = four_and_one_sent_back();
+    let first = |offset| Page {
+        offset,
+        limit: Some(2),
+    };
+    let (items, remaining) = units(ask(&mut s, Ask::Queue("q".into()), first(0)));
+    assert_eq!(names(&items), ["c", "d"]);
+    assert_eq!(remaining, 1);
+    // Nothing changed: the next page continues the same order.
+    let (items, remaining) = units(ask(&mut s, Ask::Queue("q".into()), first(2)));
+    assert_eq!(names(&items), ["e"]);
+    assert_eq!(remaining, 0);
+    // A unit arrives between two pages: the order kept for the pages is
+    // not reused; the next page shows it in line, before the one sent back.
+    queued(&mut s, "f", 5, json!({ "phase": "Enqueued" }));
+    let (items, remaining) = units(ask(&mut s, Ask::Queue("q".into()), first(2)));
+    assert_eq!(names(&items), ["f", "e"]);
+    assert_eq!(items[0].position, Some(3));
+    assert_eq!(remaining, 0);
+    // Another question is not answered from the kept order either.
+    let (items, _) = units(ask(&mut s, Ask::Namespace(Some("other".into())), first(0)));
+    assert!(items.is_empty());
+}
+
+#[test]
 fn the_quotas_of_a_namespace_show_what_they_hold_and_what_waits() {
-    let s = four_and_one_sent_back();
-    let Answer::Quotas(quotas) = ask(&s, Ask::Quotas(Some("ns".into())), Page::default()) else {
+    let mut s = four_and_one_sent_back();
+    let Answer::Quotas(quotas) = ask(&mut s, Ask::Quotas(Some("ns".into())), Page::default())
+    else {
         panic!("not quotas");
     };
     let q: &QuotaUsage = quotas.iter().find(|q| q.metadata.name == "q").unwrap();
