@@ -91,9 +91,12 @@ async fn a_released_jobset_runs_its_jobs_on_kwok_nodes_and_frees_its_quota() {
     let (first, second) = released_first(&admin, &resource, &ns, ("first", "second"), LONG)
         .await
         .unwrap();
+    // The webhook stores a unit after admitting its JobSet, and the first
+    // may be released before the second's unit is stored or adopted: wait
+    // for it to be seen waiting rather than read it once.
+    wait(second, &[Enqueued]).await;
     let u = unit_of(second).await.unwrap();
     assert_eq!(u.spec.resource["cpu"].0, "5", "every replicated Job's pods");
-    assert_eq!(u.status.and_then(|s| s.phase), Some(Enqueued));
     let selector = format!("jobset.sigs.k8s.io/jobset-name={first}");
 
     // Its controller makes its three Jobs (suspended while the JobSet is)

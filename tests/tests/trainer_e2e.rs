@@ -137,10 +137,13 @@ async fn a_released_trainjob_builds_its_jobset_whose_pods_run_what_its_unit_rese
                 .expect("a TrainJob's unit")
         }
     };
+    // The webhook stores a unit after admitting its TrainJob, and the first
+    // may be released before the second's unit is stored or adopted: wait
+    // for it to be seen waiting rather than read it once.
+    wait(second, &[Enqueued]).await.unwrap();
     let waiting = unit(second).await;
     let reserved = Resources::from_list(&waiting.spec.resource).unwrap();
     assert_eq!(reserved.get("cpu"), 2000, "2 nodes of the TrainJob's 1 CPU");
-    assert_eq!(waiting.status.and_then(|s| s.phase), Some(Enqueued));
 
     // The Trainer builds the JobSet, the JobSet controller its Job; the
     // JobSet is its child (no unit of its own) and the pods ask, together,
