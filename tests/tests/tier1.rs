@@ -194,6 +194,8 @@ async fn queues_and_elastic_quotas_are_served() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "POLICY", "PRIORITY", "PENDING", "ADMITTED", "STOPPED", "AGE"]
+        [
+            "NAME", "POLICY", "PRIORITY", "PENDING", "ADMITTED", "STOPPED", "AGE"
+        ]
     );
 }
