@@ -218,15 +218,7 @@ pub fn pending_of_unit(unit: &QueueUnit) -> PendingUnit {
     };
     let job = &unit.spec.consumer_ref;
     PendingUnit {
-        metadata: ItemMeta {
-            name: unit.metadata.name.clone().unwrap_or_default(),
-            namespace: unit.metadata.namespace.clone(),
-            creation_timestamp: unit
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
-        },
+        metadata: unit_meta(unit),
         job: job.kind.as_ref().map(|kind| JobOf {
             api_version: job.api_version.clone().unwrap_or_default(),
             kind: kind.clone(),
@@ -254,7 +246,16 @@ pub fn pending_of_unit(unit: &QueueUnit) -> PendingUnit {
                 .and_then(|r| r.requeue_at)
                 .map(|t| t.0.to_string()),
         },
-        waiting_since: unit
+        waiting_since: unit_meta(unit).creation_timestamp,
+    }
+}
+
+/// A unit's name, namespace and creation time, as the API lists them.
+pub fn unit_meta(unit: &QueueUnit) -> ItemMeta {
+    ItemMeta {
+        name: unit.metadata.name.clone().unwrap_or_default(),
+        namespace: unit.metadata.namespace.clone(),
+        creation_timestamp: unit
             .metadata
             .creation_timestamp
             .as_ref()

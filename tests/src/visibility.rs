@@ -139,3 +139,73 @@ pub fn names(list: &serde_json::Value) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Applies the chart's ClusterRoles of the API, as `helm template` renders
+/// them (the reader aggregated to `view`/`edit`/`admin`, and the admin
+/// one), so that tenants bound to the built-in roles get what a cluster
+/// with the chart gives them.
+pub async fn install_chart_roles(cp: &ControlPlane) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/koord-queue");
+    let out = std::process::Command::new(crate::tools::path(crate::tools::Tool::Helm)?)
+        .args([
+            "template",
+            "koord-queue",
+            chart,
+            "-n",
+            keys::SYSTEM_NAMESPACE,
+        ])
+        .args(["--show-only", "templates/visibility.yaml"])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let roles = Api::<ClusterRole>::all(cp.client().await?);
+    let apply = PatchParams::apply("koord-queue-tests").force();
+    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if value["kind"] == "ClusterRole" {
+            let role: ClusterRole = serde_json::from_value(value)?;
+            let name = role
+                .metadata
+                .name
+                .clone()
+                .context("a ClusterRole without a name")?;
+            roles.patch(&name, &apply, &Patch::Apply(&role)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The chart's roles, the webhook, and a leading scheduler `identity` that
+/// serves the API, registered with the aggregation layer: what a suite
+/// that reads through the API starts once.
+pub async fn start_serving_leader(
+    cp: &ControlPlane,
+    identity: &str,
+) -> Result<crate::scheduler::SchedulerReplica> {
+    install_chart_roles(cp).await?;
+    crate::webhook::start_and_register(cp).await?;
+    let args = with_visibility(crate::scheduler::test_args(identity), cp)?;
+    let leader = crate::scheduler::start_leader(cp, args).await?;
+    let port = leader
+        .visibility_addr
+        .context("the scheduler does not serve the visibility API")?
+        .port();
+    register(cp, port).await?;
+    Ok(leader)
+}
+
+/// The shared tier 2 control plane with [`start_serving_leader`] run once
+/// for this test binary (each suite is its own process).
+pub async fn shared_serving(identity: &str) -> Result<&'static ControlPlane> {
+    static LEADER: tokio::sync::OnceCell<crate::scheduler::SchedulerReplica> =
+        tokio::sync::OnceCell::const_new();
+    let cp = crate::shared::tier2().await?;
+    LEADER
+        .get_or_try_init(|| start_serving_leader(cp, identity))
+        .await?;
+    Ok(cp)
+}

@@ -16,68 +16,21 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running, TimeoutBackoff};
 use koord_queue_api::{Queue, keys};
 use koord_queue_cli::{QueueSummaryList, Why};
 use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
-use koord_queue_tests::{
-    ControlPlane, fixtures, install, scheduler, shared, tenant, tools, webhook,
-};
+use koord_queue_tests::{ControlPlane, fixtures, install, tenant};
 use koord_queue_visibility::types::{PendingUnitList, WaitType};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// The scheduler serving the API the APIService points at.
-static LEADER: OnceCell<scheduler::SchedulerReplica> = OnceCell::const_new();
-
 async fn setup() -> &'static ControlPlane {
-    let cp = shared::tier2().await.unwrap();
-    LEADER
-        .get_or_init(|| async {
-            install_reader_role(cp).await;
-            webhook::start_and_register(cp).await.unwrap();
-            let args =
-                visibility::with_visibility(scheduler::test_args("cli-scheduler"), cp).unwrap();
-            let leader = scheduler::start_leader(cp, args).await.unwrap();
-            let port = leader.visibility_addr.expect("served").port();
-            visibility::register(cp, port).await.unwrap();
-            leader
-        })
-        .await;
-    cp
-}
-
-/// The chart's ClusterRoles of the visibility API (the aggregated reader).
-async fn install_reader_role(cp: &ControlPlane) {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/koord-queue");
-    let out = std::process::Command::new(tools::path(tools::Tool::Helm).unwrap())
-        .args(["template", "koord-queue", chart, "-n", "koord-queue"])
-        .args(["--show-only", "templates/visibility.yaml"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let roles = Api::<ClusterRole>::all(cp.client().await.unwrap());
-    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
-        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if value["kind"] == "ClusterRole" {
-            let role: ClusterRole = serde_json::from_value(value).unwrap();
-            let name = role.metadata.name.clone().unwrap();
-            let apply = PatchParams::apply("koord-queue-tests").force();
-            roles
-                .patch(&name, &apply, &Patch::Apply(&role))
-                .await
-                .unwrap();
-        }
-    }
+    visibility::shared_serving("cli-scheduler").await.unwrap()
 }
 
 /// A tenant's namespace with a quota of `cpu` (policy `policy`), the tenant
@@ -267,6 +220,24 @@ async fn ok(kubeconfig: &Path, args: &[&str]) -> Run {
     run
 }
 
+/// Runs the CLI until its output passes `check` (what it shows follows the
+/// scheduler, which decides in its own time); panics with `what` after
+/// [`LONG`].
+async fn until_output(
+    kubeconfig: &Path,
+    args: &[&str],
+    check: impl Fn(&str) -> anyhow::Result<bool>,
+    what: &str,
+) {
+    let check = &check;
+    fixtures::eventually(
+        LONG,
+        || async move { check(&cli(kubeconfig, args).await.out) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
 #[tokio::test]
 async fn why_a_job_waits_for_quota_and_why_a_released_one_does_not() {
     let cp = setup().await;
@@ -378,18 +349,14 @@ async fn why_a_job_waits_behind_a_block_head() {
         .await
         .unwrap();
     let head = wait_unit(cp, &ns, "j2").await;
-    fixtures::eventually(LONG, || {
-        let cfg = tenant_cfg.clone();
-        let ns = ns.clone();
-        let head = head.clone();
-        async move {
-            let run = cli(&cfg, &["why", "job/j3", "-n", &ns]).await;
-            Ok(run.out.contains("Reason:    BehindHead")
-                && run.out.contains(&format!("waiting behind {ns}/{head}")))
-        }
-    })
-    .await
-    .expect("j3 waits behind the Block head");
+    let behind = format!("waiting behind {ns}/{head}");
+    until_output(
+        &tenant_cfg,
+        &["why", "job/j3", "-n", &ns],
+        |out| Ok(out.contains("Reason:    BehindHead") && out.contains(&behind)),
+        "j3 waits behind the Block head",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -543,16 +510,13 @@ async fn stop_holds_a_queue_others_are_released_and_resume_releases_it() {
     wait_phase(&admin, &ns, "free", &[Running], LONG)
         .await
         .unwrap();
-    fixtures::eventually(LONG, || {
-        let cfg = tenant_cfg.clone();
-        let ns = ns.clone();
-        async move {
-            let run = cli(&cfg, &["why", "job/held", "-n", &ns]).await;
-            Ok(run.out.contains("Reason:    QueueStopped"))
-        }
-    })
-    .await
-    .expect("the held job says its queue is stopped");
+    until_output(
+        &tenant_cfg,
+        &["why", "job/held", "-n", &ns],
+        |out| Ok(out.contains("Reason:    QueueStopped")),
+        "the held job says its queue is stopped",
+    )
+    .await;
     // Its quota has room: it is not the quota that stops it.
     let run = ok(&tenant_cfg, &["why", "job/held", "-n", &ns]).await;
     assert!(
@@ -642,34 +606,30 @@ async fn drain_sends_a_running_job_back_into_backoff_and_resume_releases_it() {
         "{why:?}"
     );
     // The job heard why (an Event written after the unit's status).
-    fixtures::eventually(LONG, || {
-        let cfg = tenant_cfg.clone();
-        let ns = ns.clone();
-        async move {
-            let run = cli(&cfg, &["why", "job/j1", "-n", &ns, "-o", "json"]).await;
-            let why: Why = serde_json::from_str(&run.out)?;
+    until_output(
+        &tenant_cfg,
+        &["why", "job/j1", "-n", &ns, "-o", "json"],
+        |out| {
+            let why: Why = serde_json::from_str(out)?;
             Ok(why
                 .events
                 .iter()
                 .any(|e| e.reason == "QueueDrained" && e.kind == "Warning"))
-        }
-    })
-    .await
-    .expect("the job's Event says its queue was drained");
+        },
+        "the job's Event says its queue was drained",
+    )
+    .await;
     // Back from its backoff, it waits in the stopped queue; resumed, it runs.
     wait_phase(&admin, &ns, "j1", &[Enqueued], LONG)
         .await
         .unwrap();
-    fixtures::eventually(LONG, || {
-        let cfg = tenant_cfg.clone();
-        let ns = ns.clone();
-        async move {
-            let run = cli(&cfg, &["why", "job/j1", "-n", &ns]).await;
-            Ok(run.out.contains("Reason:    QueueStopped"))
-        }
-    })
-    .await
-    .expect("back from its backoff, it waits in the stopped queue");
+    until_output(
+        &tenant_cfg,
+        &["why", "job/j1", "-n", &ns],
+        |out| Ok(out.contains("Reason:    QueueStopped")),
+        "back from its backoff, it waits in the stopped queue",
+    )
+    .await;
     assert!(e2e::job_suspended(&admin, &ns, "j1").await.unwrap());
     ok(admin_cfg, &["resume", &quota]).await;
     wait_phase(&admin, &ns, "j1", &[Running], LONG)

@@ -11,69 +11,20 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running};
 use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
-use koord_queue_tests::{ControlPlane, fixtures, scheduler, shared, tools, webhook};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use koord_queue_tests::{ControlPlane, fixtures};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// The leader, serving the API the APIService points at.
-static LEADER: OnceCell<scheduler::SchedulerReplica> = OnceCell::const_new();
-
 async fn setup() -> &'static ControlPlane {
-    let cp = shared::tier2().await.unwrap();
-    LEADER
-        .get_or_init(|| async {
-            install_reader_role(cp).await;
-            webhook::start_and_register(cp).await.unwrap();
-            let args =
-                visibility::with_visibility(scheduler::test_args("visibility-scheduler"), cp)
-                    .unwrap();
-            let leader = scheduler::start_leader(cp, args).await.unwrap();
-            let port = leader.visibility_addr.expect("served").port();
-            visibility::register(cp, port).await.unwrap();
-            leader
-        })
-        .await;
-    cp
-}
-
-/// The chart's ClusterRoles of the API, as `helm template` renders them
-/// (the aggregated reader among them).
-async fn install_reader_role(cp: &ControlPlane) {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/koord-queue");
-    let out = std::process::Command::new(tools::path(tools::Tool::Helm).unwrap())
-        .args(["template", "koord-queue", chart, "-n", "koord-queue"])
-        .args(["--show-only", "templates/visibility.yaml"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let client = cp.client().await.unwrap();
-    let roles = Api::<ClusterRole>::all(client);
-    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
-        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if value["kind"] == "ClusterRole" {
-            let role: ClusterRole = serde_json::from_value(value).unwrap();
-            let name = role.metadata.name.clone().unwrap();
-            roles
-                .patch(
-                    &name,
-                    &PatchParams::apply("koord-queue-tests").force(),
-                    &Patch::Apply(&role),
-                )
-                .await
-                .unwrap();
-        }
-    }
+    visibility::shared_serving("visibility-scheduler")
+        .await
+        .unwrap()
 }
 
 /// Binds the tenant of `namespace` to the built-in `view` ClusterRole there,

@@ -254,15 +254,7 @@ fn from_unit(unit: &QueueUnit) -> Why {
             kind: job.kind.clone().unwrap_or_default(),
             name: job.name.clone().unwrap_or_default(),
         },
-        unit: ItemMeta {
-            name: unit.metadata.name.clone().unwrap_or_default(),
-            namespace: unit.metadata.namespace.clone(),
-            creation_timestamp: unit
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
-        },
+        unit: read::unit_meta(unit),
         queue: read::queue_of(unit),
         quota: read::quota_of(unit),
         phase: status.phase.map(|p| p.as_str().to_string()),
