@@ -9,6 +9,7 @@ pub use koord_queue_core as core;
 mod app;
 mod args;
 pub mod controller;
+pub mod forecast;
 pub mod wait_view;
 
 use std::process::ExitCode;

@@ -54,7 +54,7 @@ pub fn prepare(
     trace: impl IntoIterator<Item = Result<TraceJob, TraceError>>,
     settings: Settings,
 ) -> Result<Simulation, SimError> {
-    let mut sim = Simulation::new(cluster, settings)?;
+    let mut sim = engine::simulation(cluster, settings)?;
     let mut builder = JobBuilder::new(cluster.priority_classes.clone());
     for (index, t) in trace.into_iter().enumerate() {
         let t = t?;

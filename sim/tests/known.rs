@@ -5,7 +5,7 @@
 
 use koord_queue_scheduler::controller::{backoff_delay, jitter_seed};
 use koord_queue_sim::cluster::Cluster;
-use koord_queue_sim::engine::{Settings, Simulation};
+use koord_queue_sim::engine::{self, Settings};
 use koord_queue_sim::job::JobBuilder;
 use koord_queue_sim::trace::{Quantity, TraceJob, TracePodSet};
 use koord_queue_sim::{prepare, simulate};
@@ -121,7 +121,7 @@ fn a_run_starts_from_a_given_state() {
     // What the scheduler's estimate does: a job running until 5 s, one
     // waiting since before the start — it is released when the first ends.
     let cluster = two_quotas("2");
-    let mut sim = Simulation::new(&cluster, Settings::default()).unwrap();
+    let mut sim = engine::simulation(&cluster, Settings::default()).unwrap();
     sim.start_at(1_000);
     let mut jobs = JobBuilder::default();
     let running = jobs.build(&job("r", "a", 2, 0, 0), 0).unwrap();

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::controller::{backoff_delay, jitter_seed};
 use koord_queue_core::ReclaimKind;
-use koord_queue_scheduler::controller::{backoff_delay, jitter_seed};
 
 use super::events::Kind;
 use super::{Phase, Simulation};

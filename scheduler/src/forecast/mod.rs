@@ -1,4 +1,8 @@
-//! The simulation: the scheduler's core driven in virtual time.
+//! A forward simulation: the scheduler's core driven in virtual time. The
+//! scheduler runs it from its own state to estimate when waiting units
+//! start (`controller::estimate`); the simulator (`koord-queue-sim`) runs it
+//! over a trace. It lives here, beside the controller whose behaviour it
+//! reproduces, so that both use one engine.
 //!
 //! The core decides everything it decides in the cluster — order, fit,
 //! reclaim, preemption, fair sharing, reserving heads — from the same
@@ -27,17 +31,17 @@
 //! does is in `steps.rs`, the calendar in `events.rs`, usage in `usage.rs`.
 
 mod events;
+mod job;
 mod steps;
 mod usage;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use koord_queue_core::{CapacitySource, Core, RootCapacity};
+use koord_queue_core::{CapacitySource, Core, QuotaDef, RootCapacity};
 
-use crate::cluster::{Cluster, ClusterError};
-use crate::job::Job;
 use events::{Calendar, Kind};
+pub use job::Job;
 use usage::Usage;
 pub use usage::{NodeUsage, UsageSeries};
 
@@ -181,27 +185,32 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// A simulation of `cluster`; its clock starts at the first submission
-    /// unless [`Simulation::start_at`] says otherwise.
-    pub fn new(cluster: &Cluster, settings: Settings) -> Result<Self, ClusterError> {
-        let core = cluster.core()?;
+    /// A simulation on `core` (told the quota tree `quotas` and the
+    /// queues, holding nothing); an automatic root capacity is
+    /// `auto_capacity`. Its clock starts at the first submission unless
+    /// [`Simulation::start_at`] says otherwise.
+    pub fn new(
+        core: Core,
+        quotas: &[QuotaDef],
+        auto_capacity: Option<RootCapacity>,
+        settings: Settings,
+    ) -> Self {
         let root_capacity = match core.capacity_source() {
             Some(CapacitySource::Fixed(r)) => Some(RootCapacity::Limited(r.clone())),
             Some(CapacitySource::Unlimited) | None => Some(RootCapacity::Unlimited),
-            Some(CapacitySource::Auto) => cluster.auto_capacity.clone(),
+            Some(CapacitySource::Auto) => auto_capacity,
         };
-        let quota_names: Vec<String> = cluster.quotas.iter().map(|q| q.name.clone()).collect();
+        let quota_names: Vec<String> = quotas.iter().map(|q| q.name.clone()).collect();
         let quota_index: HashMap<String, usize> = quota_names
             .iter()
             .enumerate()
             .map(|(i, n)| (n.clone(), i))
             .collect();
-        let quota_parents = cluster
-            .quotas
+        let quota_parents = quotas
             .iter()
             .map(|q| q.parent.as_ref().and_then(|p| quota_index.get(p).copied()))
             .collect();
-        Ok(Self {
+        Self {
             core,
             settings,
             start: None,
@@ -228,7 +237,7 @@ impl Simulation {
             stats: RunStats::default(),
             waiting: 0,
             unreleased: 0,
-        })
+        }
     }
 
     /// Starts the clock at `start_ms` (the scheduler's now, for an
