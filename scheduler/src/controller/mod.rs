@@ -6,6 +6,7 @@
 //! reasons. Only the Lease holder writes; standbys keep the same state warm.
 
 mod clock;
+pub mod estimate;
 mod job_ref;
 pub mod metrics;
 mod quota_names;

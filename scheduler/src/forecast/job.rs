@@ -51,8 +51,11 @@ impl Job {
     /// The job of a unit the scheduler's core knows (`def`, as the
     /// controller's `UnitState::def` makes it): for an estimate from the
     /// scheduler's state. It runs `run_ms` once released (a runtime learned
-    /// from its queue, or its bound); its class in the report is `class`.
+    /// from its queue), at most its bound; its class in the report is
+    /// `class`.
     pub fn from_unit_def(def: &UnitDef, run_ms: i64, class: &str) -> Self {
+        let run_ms = run_ms.max(0);
+        let bounded_out = def.max_run_ms.is_some_and(|bound| bound < run_ms);
         Self {
             namespace: Arc::from(def.namespace.as_str()),
             name: Box::from(def.name.as_str()),
@@ -61,8 +64,8 @@ impl Job {
             priority: def.priority,
             class: Arc::from(class),
             submit_ms: def.created_ms,
-            run_ms: run_ms.max(0),
-            bounded_out: false,
+            run_ms: def.max_run_ms.map_or(run_ms, |bound| run_ms.min(bound)),
+            bounded_out,
             max_run_ms: def.max_run_ms,
             request: def.request.clone(),
             labels: Arc::new(def.labels.clone()),

@@ -1,0 +1,186 @@
+//! Start-time estimates (issue 40, architecture §4.9): when each waiting
+//! unit will be released, told by the same forward simulation the simulator
+//! runs (`crate::forecast`), started from the controller's state.
+//!
+//! The controller takes a [`Snapshot`] of what it knows — the quota tree,
+//! the queues, the units holding quota with when they will end, the units
+//! waiting — between two inputs; [`estimate`] runs it on a blocking thread,
+//! off the decision path, and the controller publishes the answer through
+//! the visibility API (and, on a large step, the unit's status).
+//!
+//! What the estimate assumes, and so what it cannot know:
+//! - a running unit ends at its run bound, else after the runtime learned
+//!   from its queue's finished units ([`Runtimes`]); one running longer
+//!   than that ends "soon" ([`overdue_end`]);
+//! - a waiting unit runs its learned runtime (at most its bound); with
+//!   neither, its runtime is unknown and it never ends in the simulation:
+//!   the units that need its room get no estimate rather than an invented
+//!   one;
+//! - arrivals not yet seen are not invented: a unit submitted later with a
+//!   higher priority moves the estimates of those behind it;
+//! - units out of line (sent back until their backoff ends, admission
+//!   checks pending) are not estimated and hold nothing in the simulation.
+//!
+//! `runtimes.rs` learns runtimes; `pacing.rs` decides when the next
+//! estimate runs (its cost bounded to a share of one core).
+
+mod pacing;
+mod runtimes;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::{
+    CapacitySource, ConfigError, Core, QueueDef, QuotaDef, Registry, RootCapacity, SchedulerConfig,
+};
+use crate::forecast::{Job, Settings as ForecastSettings, Simulation};
+
+pub use pacing::Pacing;
+pub use runtimes::Runtimes;
+
+use super::records::Key;
+
+/// How the estimates are made.
+#[derive(Clone, Debug)]
+pub struct EstimateSettings {
+    /// The scheduler's plugin configuration (the simulation's core is built
+    /// from it, as the scheduler's own).
+    pub config: Arc<SchedulerConfig>,
+    /// Most of one core the estimates may take over time (0.1: 10 %).
+    pub cpu_share: f64,
+    /// Least time between two estimates.
+    pub min_interval: Duration,
+    /// How far ahead an estimate looks: a unit not released within it has
+    /// none.
+    pub horizon: Duration,
+}
+
+impl EstimateSettings {
+    /// The defaults: 10 % of a core at most, at most every 10 s, 7 days ahead.
+    pub fn new(config: SchedulerConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+            cpu_share: 0.1,
+            min_interval: Duration::from_secs(10),
+            horizon: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// The runtime given to a unit whose runtime nobody knows: longer than any
+/// horizon, so it never ends within an estimate.
+pub const UNKNOWN_RUN_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// What the controller knows, taken between two inputs.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The controller's clock (ms since the epoch).
+    pub now_ms: i64,
+    /// The quota tree.
+    pub quotas: Vec<QuotaDef>,
+    /// The queues.
+    pub queues: Vec<QueueDef>,
+    /// The root capacity an automatic source has now.
+    pub capacity: Option<RootCapacity>,
+    /// Units holding quota: the job, when it was released, when it ends.
+    pub running: Vec<(Job, i64, i64)>,
+    /// Units waiting in line, their runtime set (or [`UNKNOWN_RUN_MS`]).
+    pub waiting: Vec<Job>,
+    /// The controller's cycle batching and backoff jitter salt.
+    pub cycle_batch_ms: i64,
+    /// The backoff jitter's seed (the controller's salt).
+    pub jitter_salt: u64,
+    /// When the controller started taking it, and how long that took.
+    pub taken: (Instant, Duration),
+}
+
+/// When each waiting unit is expected to be released.
+#[derive(Debug, Default)]
+pub struct Estimates {
+    /// The clock they were made at (ms since the epoch).
+    pub at_ms: i64,
+    /// Release time (ms since the epoch) by unit; a waiting unit not in it
+    /// has no estimate within the horizon.
+    pub starts: HashMap<Key, i64>,
+    /// Units estimated (waiting in the snapshot).
+    pub waiting: usize,
+    /// What it cost: taking the snapshot on the controller's task, and the
+    /// whole (snapshot and simulation).
+    pub snapshot_took: Duration,
+    /// The snapshot and the simulation.
+    pub took: Duration,
+}
+
+/// The end of a running unit expected to have ended already (`expected_ms`
+/// before `now_ms`): it ends soon — a tenth of its runtime from now, at
+/// least a minute — rather than at once, which would promise its room.
+pub fn overdue_end(now_ms: i64, released_ms: i64, expected_ms: i64) -> i64 {
+    if expected_ms > now_ms {
+        return expected_ms;
+    }
+    let runtime = (expected_ms - released_ms).max(0);
+    now_ms + (runtime / 10).max(60_000)
+}
+
+/// Runs the simulation of `snapshot` until every waiting unit is released
+/// or the horizon: when each is released.
+pub fn estimate(settings: &EstimateSettings, snapshot: Snapshot) -> Result<Estimates, ConfigError> {
+    let Snapshot {
+        now_ms,
+        quotas,
+        queues,
+        capacity,
+        running,
+        waiting,
+        cycle_batch_ms,
+        jitter_salt,
+        taken: (started, snapshot_took),
+    } = snapshot;
+    let mut core = Core::new(&settings.config, &Registry::with_builtins())?;
+    for quota in &quotas {
+        // The controller gave these to its own core: refused ones were
+        // refused there too.
+        let _ = core.upsert_quota(quota);
+    }
+    for queue in &queues {
+        core.upsert_queue(queue);
+    }
+    if core.capacity_source() == Some(&CapacitySource::Auto)
+        && let Some(capacity) = &capacity
+    {
+        core.set_capacity(capacity);
+    }
+    let forecast = ForecastSettings {
+        cycle_batch_ms,
+        seed: jitter_salt,
+        ..ForecastSettings::default()
+    };
+    let mut sim = Simulation::new(core, &quotas, capacity, forecast);
+    sim.start_at(now_ms);
+    for (job, released_ms, ends_ms) in running {
+        sim.add_running(job, released_ms, ends_ms);
+    }
+    let first = sim.jobs().len();
+    let count = waiting.len();
+    for job in waiting {
+        sim.add_job(job);
+    }
+    let horizon_ms = i64::try_from(settings.horizon.as_millis()).unwrap_or(i64::MAX / 4);
+    sim.run_to_releases(Some(now_ms.saturating_add(horizon_ms)));
+    let starts = sim.jobs()[first..]
+        .iter()
+        .zip(&sim.outcomes()[first..])
+        .filter_map(|(job, outcome)| Some((Key::from(job.key()), outcome.first_release_ms?)))
+        .collect();
+    Ok(Estimates {
+        at_ms: now_ms,
+        starts,
+        waiting: count,
+        snapshot_took,
+        took: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests;
