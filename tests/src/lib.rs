@@ -6,8 +6,10 @@
 
 pub mod admin;
 pub mod background;
+pub mod browser;
 pub mod cert_manager;
 pub mod control_plane;
+pub mod dashboard;
 pub mod e2e;
 pub mod fixtures;
 pub mod framework;
