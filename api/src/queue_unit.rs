@@ -272,6 +272,12 @@ pub struct QueueUnitStatus {
     /// Backoff bookkeeping of a unit that was sent back to wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_state: Option<RequeueState>,
+    /// When the scheduler expects to release the waiting unit (a forward
+    /// simulation of its state). Written only when the estimate moves by a
+    /// large step — the visibility API (`pendingunits`) has the current one;
+    /// cleared when the unit is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<Time>,
     /// Who wrote the status last, as `<holder identity>/<lease term>/<n>`:
     /// the scheduler's fencing token. The chart's ValidatingAdmissionPolicy
     /// lets a status write that changes it through only if it names the

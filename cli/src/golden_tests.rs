@@ -66,6 +66,7 @@ fn unit(name: &str, position: Option<u64>, kind: WaitType, since: &str) -> Pendi
             until: None,
         },
         waiting_since: Some(since.into()),
+        estimated_start: None,
     }
 }
 
@@ -314,7 +315,7 @@ fn why_a_job_waits_on_one_screen() {
             quota("team-a", Some("org"), "3", "16"),
             quota("org", None, "32", "32"),
         ],
-        estimated_start: None,
+        estimated_start: Some("2026-12-05T10:12:30Z".into()),
         events: vec![EventLine {
             time: Some("2026-12-05T10:03:01Z".into()),
             kind: "Normal".into(),
@@ -333,7 +334,7 @@ Phase:     Enqueued, waiting for 2m
 Reason:    QuotaExceeded: quota org: cpu 32/32 used, needs 1
            short of cpu by 1 on quota org
 Position:  2 in queue team-a (1 ahead)
-Estimate:  none (the scheduler estimates only a backoff's end)
+Estimate:  starts at about 2026-12-05T10:12:30Z (in 7m30s)
 
 Quotas, from the job's up:
   QUOTA    MIN     MAX                  USED     BORROWED   LENT
@@ -395,7 +396,7 @@ Queue:     team-a, quota team-a
 Phase:     Enqueued, waiting for 2s
 Reason:    QueueStopped: queue team-a is stopped: it releases nothing until it is resumed
 Position:  1 in queue team-a (first in line)
-Estimate:  none (the scheduler estimates only a backoff's end)
+Estimate:  none yet (a runtime ahead of it is unknown, or it is out of line)
 
 Quotas, from the job's up:
   QUOTA    MIN     MAX                 USED    BORROWED   LENT

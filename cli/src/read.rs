@@ -247,6 +247,7 @@ pub fn pending_of_unit(unit: &QueueUnit) -> PendingUnit {
                 .map(|t| t.0.to_string()),
         },
         waiting_since: unit_meta(unit).creation_timestamp,
+        estimated_start: None,
     }
 }
 

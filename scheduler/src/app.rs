@@ -12,10 +12,11 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Args;
+use crate::controller::estimate::EstimateSettings;
 use crate::controller::metrics::Metrics;
 use crate::controller::writes::Writer;
 use crate::controller::{Controller, Settings, sources};
-use crate::core::Core;
+use crate::core::{Core, SchedulerConfig};
 use koord_queue_visibility::Queries;
 use koord_queue_visibility::serve::Server as VisibilityServer;
 
@@ -80,15 +81,19 @@ impl Running {
 
 /// Starts the scheduler on the current runtime with `client`. Invalid
 /// configuration stops it here, with the reason.
-/// The core configured by the file at `config` (the default plugins without one).
-fn load_core(config: Option<&std::path::Path>) -> anyhow::Result<Core> {
+/// The core configured by the file at `config` (the default plugins without
+/// one), and that configuration (the estimates build cores of their own).
+fn load_core(config: Option<&std::path::Path>) -> anyhow::Result<(Core, SchedulerConfig)> {
     let config_text = match config {
         Some(path) => std::fs::read_to_string(path).map_err(|e| {
             anyhow::anyhow!("cannot read the configuration {}: {e}", path.display())
         })?,
         None => DEFAULT_CONFIG.to_string(),
     };
-    Core::from_yaml(&config_text).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+    let invalid = |e| anyhow::anyhow!("invalid configuration: {e}");
+    let config = SchedulerConfig::from_yaml(&config_text).map_err(invalid)?;
+    let core = Core::new(&config, &crate::core::Registry::with_builtins()).map_err(invalid)?;
+    Ok((core, config))
 }
 
 /// The adapters of the `--enabled-kinds` extensions; an unknown one is an error.
@@ -138,12 +143,15 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
         strict_dequeue,
         strict_timeout,
         drain_timeout,
+        estimates,
+        estimate_cpu_share,
+        estimate_interval,
         visibility_addr,
         visibility_cert_dir,
         log_format: _,
         log_level: _,
     } = args;
-    let core = load_core(config.as_deref())?;
+    let (core, config) = load_core(config.as_deref())?;
     tracing::info!(plugins = ?core.plugin_names(), "plugins");
     let adapters = enabled_adapters(&enabled_kinds)?;
     let identity = identity
@@ -204,6 +212,12 @@ pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Running> 
             use std::hash::BuildHasher as _;
             std::collections::hash_map::RandomState::new().hash_one(std::process::id())
         },
+        estimates: estimates.then(|| {
+            let mut settings = EstimateSettings::new(config);
+            settings.cpu_share = estimate_cpu_share;
+            settings.min_interval = estimate_interval;
+            settings
+        }),
     };
     let controller = Controller::new(
         core,

@@ -107,6 +107,21 @@ pub struct Args {
     )]
     pub visibility_cert_dir: Option<PathBuf>,
 
+    /// Estimate when each waiting unit starts (a forward simulation of the
+    /// state, off the decision path), for the visibility API and the units'
+    /// status.
+    #[arg(long, env = "KQ_SCHEDULER_ESTIMATES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub estimates: bool,
+
+    /// Most of one core the estimates take over time (0.1: 10 %): after an
+    /// estimate that took t, the next waits t × (1 − share) / share.
+    #[arg(long, env = "KQ_SCHEDULER_ESTIMATE_CPU_SHARE", default_value_t = 0.1, value_parser = parse_share)]
+    pub estimate_cpu_share: f64,
+
+    /// Least time between two estimates.
+    #[arg(long, env = "KQ_SCHEDULER_ESTIMATE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub estimate_interval: Duration,
+
     /// How long in-flight writes may take to finish after SIGTERM.
     #[arg(long, env = "KQ_SCHEDULER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -123,4 +138,18 @@ pub struct Args {
     /// Log filter (`RUST_LOG` syntax; `RUST_LOG` wins when set).
     #[arg(long, env = "KQ_SCHEDULER_LOG_LEVEL", default_value = "info,kube=warn")]
     pub log_level: String,
+}
+
+/// A share of one core: a number in (0, 1].
+fn parse_share(text: &str) -> Result<f64, String> {
+    let share: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if share > 0.0 && share <= 1.0 {
+        Ok(share)
+    } else {
+        Err(format!(
+            "{text}: a share of one core is more than 0 and at most 1"
+        ))
+    }
 }

@@ -94,7 +94,9 @@ impl JobBuilder {
             .run_bound_seconds
             .filter(|s| *s > 0)
             .map(|s| s.saturating_mul(1000));
-        let run_ms = deadline_ms.map_or(t.runtime_ms, |d| d.min(t.runtime_ms));
+        // The trace's bound ends the job; the core is told it with the
+        // pods' grace period (`max_run_ms`).
+        let (run_ms, bounded_out) = Job::bounded(t.runtime_ms, deadline_ms);
         let name = match &t.name {
             Some(n) if !n.is_empty() => n.clone(),
             _ => format!("job-{index}"),
@@ -108,7 +110,7 @@ impl JobBuilder {
             class,
             submit_ms: t.submit_ms,
             run_ms,
-            bounded_out: deadline_ms.is_some_and(|d| d < t.runtime_ms),
+            bounded_out,
             max_run_ms: max_run_ms(t.run_bound_seconds, grace.unwrap_or(DEFAULT_GRACE_SECONDS)),
             request,
             labels: self.labels(&t.labels),

@@ -31,7 +31,8 @@ fn amounts(a: &std::collections::BTreeMap<String, String>) -> String {
         .join(",")
 }
 
-/// Waiting units: name, queue, position, priority, reason, message.
+/// Waiting units: name, queue, position, priority, reason, message,
+/// requests, waiting since, estimated start.
 pub fn pending(list: &PendingUnitList) -> Value {
     let columns = vec![
         column("Name", "string", "The QueueUnit.", 0),
@@ -42,6 +43,14 @@ pub fn pending(list: &PendingUnitList) -> Value {
         column("Message", "string", "Why it waits, in words.", 1),
         column("Requests", "string", "What it asks for.", 1),
         column("Waiting Since", "date", "Since when it waits.", 0),
+        // A string: kubectl prints a date column as an age, and an age of a
+        // time to come as "<invalid>".
+        column(
+            "Estimated Start",
+            "string",
+            "When the scheduler expects to release it (RFC 3339).",
+            0,
+        ),
     ];
     let rows = list
         .items
@@ -57,6 +66,7 @@ pub fn pending(list: &PendingUnitList) -> Value {
                     json!(u.reason.message),
                     json!(amounts(&u.requests)),
                     json!(u.waiting_since),
+                    json!(u.estimated_start),
                 ],
                 &u.metadata.name,
                 u.metadata.namespace.as_deref(),

@@ -206,6 +206,14 @@ pub struct PendingUnit {
     /// Since when it waits in its current turn (created, or sent back), RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_since: Option<String>,
+    /// When the scheduler expects to release it, RFC 3339: a forward
+    /// simulation of its state — the running units ending at their run
+    /// bound or their queue's learned runtime, the queues served in their
+    /// order; jobs not yet submitted are not foreseen. Absent: not estimated
+    /// yet, out of line, or no estimate within the horizon (a runtime ahead
+    /// of it is unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<String>,
 }
 
 /// A page of waiting units.

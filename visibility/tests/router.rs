@@ -64,6 +64,7 @@ fn unit(ns: &str, name: &str, position: u64) -> PendingUnit {
             until: None,
         },
         waiting_since: None,
+        estimated_start: None,
     }
 }
 

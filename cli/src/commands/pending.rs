@@ -59,8 +59,9 @@ impl Render for Pending {
             if how.namespaces {
                 row.push(p.metadata.namespace.clone().unwrap_or_default());
             }
-            let estimate = match p.reason.until.as_deref() {
-                Some(until) => countdown(Some(until), how.now),
+            // The scheduler's estimate, else the end of a backoff.
+            let estimate = match p.estimated_start.as_deref().or(p.reason.until.as_deref()) {
+                Some(at) => countdown(Some(at), how.now),
                 None => "-".into(),
             };
             row.extend([

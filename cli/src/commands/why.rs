@@ -130,8 +130,8 @@ pub struct Why {
     /// Its quota, then each ancestor up to the top.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quota_path: Vec<QuotaUsage>,
-    /// When it is expected to start, where the scheduler knows (the end of
-    /// a backoff), RFC 3339.
+    /// When it is expected to start, RFC 3339: the scheduler's estimate,
+    /// or the end of its backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start: Option<String>,
     /// The last Events on the job, oldest first.
@@ -297,9 +297,10 @@ async fn waiting(cluster: &Cluster, unit: &QueueUnit, why: &mut Why) -> Result<(
                 .cloned()
         })
         .unwrap_or_else(|| read::pending_of_unit(unit));
-    if entry.reason.kind == WaitType::Backoff {
-        why.estimated_start = entry.reason.until.clone();
-    }
+    why.estimated_start = match entry.reason.kind {
+        WaitType::Backoff => entry.reason.until.clone(),
+        _ => entry.estimated_start.clone(),
+    };
     if let Some(position) = entry.position.filter(|p| *p > 1) {
         let limit = usize::try_from(position - 1)
             .unwrap_or(AHEAD_SHOWN)
@@ -416,9 +417,16 @@ impl Render for Why {
                     None => "not in line (sent back, checks pending, or not seen yet)".into(),
                 };
                 line(&mut out, "Position:", &position);
-                let estimate = match &self.estimated_start {
-                    Some(at) => format!("back in line at {at} ({})", countdown(Some(at), how.now)),
-                    None => "none (the scheduler estimates only a backoff's end)".into(),
+                let estimate = match (&self.estimated_start, p.reason.kind) {
+                    (Some(at), WaitType::Backoff) => {
+                        format!("back in line at {at} ({})", countdown(Some(at), how.now))
+                    }
+                    (Some(at), _) => {
+                        format!("starts at about {at} ({})", countdown(Some(at), how.now))
+                    }
+                    (None, _) => {
+                        "none yet (a runtime ahead of it is unknown, or it is out of line)".into()
+                    }
                 };
                 line(&mut out, "Estimate:", &estimate);
             }

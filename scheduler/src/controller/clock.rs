@@ -54,8 +54,9 @@ pub fn wall_time(wall_ms: i64) -> Timestamp {
 }
 
 /// Measures how long a piece of work took, for a metric (the cycle's
-/// duration). What it measures is never decided on, so it may read the
-/// clock where the state machine may not.
+/// duration) or the pace of background work (start-time estimates). No
+/// decision about a unit depends on it, so it may read the clock where the
+/// state machine may not.
 #[derive(Debug)]
 pub struct Stopwatch(Instant);
 
@@ -68,5 +69,10 @@ impl Stopwatch {
     /// Seconds since the start.
     pub fn seconds(&self) -> f64 {
         self.0.elapsed().as_secs_f64()
+    }
+
+    /// Time since the start.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.0.elapsed()
     }
 }

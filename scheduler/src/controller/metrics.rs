@@ -94,6 +94,12 @@ pub struct Metrics {
     pub watch_failing: Family<SourceLabels, Gauge>,
     /// Units sent back to free quota, by reason (`Reclaimed`, `Preempted`).
     pub reclaims: Family<ReasonLabels, Counter>,
+    /// Duration of a start-time estimate (its snapshot and simulation).
+    pub estimate_duration: Histogram,
+    /// Duration of an estimate's snapshot, on the controller's task.
+    pub estimate_snapshot_duration: Histogram,
+    /// Waiting units with a start-time estimate.
+    pub estimated_units: Gauge,
 }
 
 impl Metrics {
@@ -119,6 +125,9 @@ impl Metrics {
             relist_dropped: Family::default(),
             watch_failing: Family::default(),
             reclaims: Family::default(),
+            estimate_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
+            estimate_snapshot_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 20)),
+            estimated_units: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("koord_queue_scheduler");
         r.register(
@@ -212,6 +221,21 @@ impl Metrics {
             m.releases_uncertain.clone(),
         );
         r.register(
+            "estimate_duration_seconds",
+            "Duration of a start-time estimate: its snapshot of the state and its simulation (run off the decision path)",
+            m.estimate_duration.clone(),
+        );
+        r.register(
+            "estimate_snapshot_duration_seconds",
+            "Duration of a start-time estimate's snapshot, taken on the controller's task",
+            m.estimate_snapshot_duration.clone(),
+        );
+        r.register(
+            "estimated_units",
+            "Waiting units with a start-time estimate",
+            m.estimated_units.clone(),
+        );
+        r.register(
             "quota_name_conflicts",
             "ElasticQuotas ignored because an older quota in another namespace holds their name",
             m.quota_name_conflicts.clone(),
@@ -221,6 +245,15 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// A start-time estimate was made.
+    pub fn observe_estimate(&self, e: &super::estimate::Estimates) {
+        self.estimate_duration.observe(e.took.as_secs_f64());
+        self.estimate_snapshot_duration
+            .observe(e.snapshot_took.as_secs_f64());
+        self.estimated_units
+            .set(i64::try_from(e.starts.len()).unwrap_or(i64::MAX));
+    }
+
     /// Publishes the usage of every quota and resource in use, `now`, and
     /// sets to 0 the series of `before` (the last call's result) that are
     /// not in it: a quota's figures leave out a resource once its usage is

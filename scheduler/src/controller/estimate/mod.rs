@@ -29,7 +29,7 @@ mod runtimes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::core::{
     CapacitySource, ConfigError, Core, QueueDef, QuotaDef, Registry, RootCapacity, SchedulerConfig,
@@ -39,6 +39,7 @@ use crate::forecast::{Job, Settings as ForecastSettings, Simulation};
 pub use pacing::Pacing;
 pub use runtimes::Runtimes;
 
+use super::clock::Stopwatch;
 use super::records::Key;
 
 /// How the estimates are made.
@@ -91,8 +92,10 @@ pub struct Snapshot {
     pub cycle_batch_ms: i64,
     /// The backoff jitter's seed (the controller's salt).
     pub jitter_salt: u64,
-    /// When the controller started taking it, and how long that took.
-    pub taken: (Instant, Duration),
+    /// Started when the controller started taking it.
+    pub stopwatch: Stopwatch,
+    /// How long taking it took.
+    pub snapshot_took: Duration,
 }
 
 /// When each waiting unit is expected to be released.
@@ -105,11 +108,37 @@ pub struct Estimates {
     pub starts: HashMap<Key, i64>,
     /// Units estimated (waiting in the snapshot).
     pub waiting: usize,
+    /// The earliest end given a running unit: past it, these estimates are
+    /// out of date even if nothing else changed.
+    pub valid_until_ms: Option<i64>,
     /// What it cost: taking the snapshot on the controller's task, and the
     /// whole (snapshot and simulation).
     pub snapshot_took: Duration,
     /// The snapshot and the simulation.
     pub took: Duration,
+}
+
+/// Least move of an estimate worth a status write, and least wait for a
+/// first estimate to be written: the visibility API has every estimate; the
+/// status has those a person waits long enough to look at, and a unit
+/// released soon after it got one costs no extra write.
+pub const STATUS_STEP_MS: i64 = 5 * 60 * 1000;
+
+/// Whether the estimate `estimate` moved far enough from `published` (the
+/// unit's status) at `now_ms` to be written there: a first estimate at
+/// least [`STATUS_STEP_MS`] ahead, the end of one (none any more), or a move
+/// by at least [`STATUS_STEP_MS`] and a quarter of the wait the status
+/// announced. Small moves are not written: the status is no feed.
+pub fn status_step(published: Option<i64>, estimate: Option<i64>, now_ms: i64) -> bool {
+    match (published, estimate) {
+        (None, None) => false,
+        (None, Some(at)) => at - now_ms >= STATUS_STEP_MS,
+        (Some(_), None) => true,
+        (Some(p), Some(at)) => {
+            let announced = (p - now_ms).max(0);
+            (at - p).abs() >= STATUS_STEP_MS.max(announced / 4)
+        }
+    }
 }
 
 /// The end of a running unit expected to have ended already (`expected_ms`
@@ -135,7 +164,8 @@ pub fn estimate(settings: &EstimateSettings, snapshot: Snapshot) -> Result<Estim
         waiting,
         cycle_batch_ms,
         jitter_salt,
-        taken: (started, snapshot_took),
+        stopwatch,
+        snapshot_took,
     } = snapshot;
     let mut core = Core::new(&settings.config, &Registry::with_builtins())?;
     for quota in &quotas {
@@ -158,6 +188,7 @@ pub fn estimate(settings: &EstimateSettings, snapshot: Snapshot) -> Result<Estim
     };
     let mut sim = Simulation::new(core, &quotas, capacity, forecast);
     sim.start_at(now_ms);
+    let valid_until_ms = running.iter().map(|(_, _, end)| *end).min();
     for (job, released_ms, ends_ms) in running {
         sim.add_running(job, released_ms, ends_ms);
     }
@@ -177,8 +208,9 @@ pub fn estimate(settings: &EstimateSettings, snapshot: Snapshot) -> Result<Estim
         at_ms: now_ms,
         starts,
         waiting: count,
+        valid_until_ms,
         snapshot_took,
-        took: started.elapsed(),
+        took: stopwatch.elapsed(),
     })
 }
 

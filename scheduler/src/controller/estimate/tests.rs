@@ -1,6 +1,6 @@
 //! Estimates on hand-made cases whose answer is known.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 use crate::DEFAULT_CONFIG;
@@ -43,7 +43,8 @@ fn snapshot(running: Vec<(Job, i64, i64)>, waiting: Vec<Job>) -> Snapshot {
         waiting,
         cycle_batch_ms: 20,
         jitter_salt: 7,
-        taken: (Instant::now(), Duration::ZERO),
+        stopwatch: Stopwatch::start(),
+        snapshot_took: Duration::ZERO,
     }
 }
 
@@ -109,6 +110,25 @@ fn nothing_past_the_horizon() {
     let running = vec![(job("r", 4, 300, 0), T0 - 10 * SEC, T0 + 120 * SEC)];
     let e = estimate(&s, snapshot(running, vec![job("a", 1, 5, 5)])).expect("estimated");
     assert_eq!(start_s(&e, "a"), None);
+}
+
+#[test]
+fn the_status_hears_of_large_steps_only() {
+    const MIN: i64 = 60 * SEC;
+    // A first estimate: written when it is at least 5 minutes ahead.
+    assert!(!status_step(None, Some(T0 + 4 * MIN), T0));
+    assert!(status_step(None, Some(T0 + 5 * MIN), T0));
+    assert!(!status_step(None, None, T0));
+    // None any more: cleared.
+    assert!(status_step(Some(T0 + 10 * MIN), None, T0));
+    // 2 hours announced: a move of 20 minutes is less than a quarter.
+    assert!(!status_step(Some(T0 + 120 * MIN), Some(T0 + 140 * MIN), T0));
+    assert!(status_step(Some(T0 + 120 * MIN), Some(T0 + 150 * MIN), T0));
+    // 8 minutes announced: 5 minutes either way.
+    assert!(!status_step(Some(T0 + 8 * MIN), Some(T0 + 12 * MIN), T0));
+    assert!(status_step(Some(T0 + 8 * MIN), Some(T0 + 3 * MIN), T0));
+    // An announced start that passed: 5 minutes.
+    assert!(status_step(Some(T0 - 10 * MIN), Some(T0 + 5 * MIN), T0));
 }
 
 #[test]

@@ -106,6 +106,8 @@ pub struct UnitRecord {
     pub requeue_at_ms: Option<i64>,
     /// `status.lastAllocateTime`, ms since the epoch.
     pub allocated_ms: Option<i64>,
+    /// `status.estimatedStart`, ms since the epoch.
+    pub estimated_start_ms: Option<i64>,
     /// Pod sets: name, count and resources of the whole set.
     pub pod_sets: Box<[(Name, i32, Resources)]>,
     /// Whether the unit is being deleted.
@@ -189,6 +191,10 @@ impl UnitRecord {
                 .requeue_state
                 .as_ref()
                 .and_then(|r| r.requeue_at.as_ref())
+                .map(|t| t.0.as_millisecond()),
+            estimated_start_ms: status
+                .estimated_start
+                .as_ref()
                 .map(|t| t.0.as_millisecond()),
             allocated_ms: status
                 .last_allocate_time

@@ -4,6 +4,7 @@
 
 mod backoff;
 mod decide;
+mod estimates;
 mod failing;
 mod groups;
 mod inputs;
@@ -36,6 +37,7 @@ use unit::{Membership, UnitState};
 use visibility::Visibility;
 
 use super::clock::Now;
+use super::estimate::EstimateSettings;
 use super::metrics::Metrics;
 use super::quota_names::QuotaNames;
 use super::records::{
@@ -70,6 +72,8 @@ pub struct Settings {
     /// per process, so that replicas do not send units back in step; fixed
     /// in tests, so that a backoff's end is known.
     pub jitter_salt: u64,
+    /// Start-time estimates (`None`: off).
+    pub estimates: Option<EstimateSettings>,
 }
 
 /// The controller.
@@ -120,6 +124,8 @@ pub struct Controller {
     failing_kinds: HashSet<&'static str>,
     /// Pod groups' members (see `groups.rs`).
     groups: groups::Groups,
+    /// Start-time estimates (see `estimates.rs`).
+    estimates: estimates::EstimateState,
 }
 
 impl std::fmt::Debug for Controller {
@@ -145,6 +151,7 @@ impl Controller {
         metrics: Metrics,
         readiness: Readiness,
     ) -> Self {
+        let settings_estimates = settings.estimates.clone();
         Self {
             core,
             settings,
@@ -174,6 +181,7 @@ impl Controller {
             pods: Pods::default(),
             failing_kinds: HashSet::new(),
             groups: groups::Groups::default(),
+            estimates: estimates::EstimateState::new(settings_estimates),
         }
     }
 
@@ -215,6 +223,8 @@ impl Controller {
         if leads_now != self.leads() {
             self.on_leadership(leads_now);
         }
+        let (estimated_tx, mut estimated) = mpsc::unbounded_channel();
+        self.estimates.connect(estimated_tx);
         let mut housekeeping = tokio::time::interval(Duration::from_millis(500));
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
@@ -233,6 +243,10 @@ impl Controller {
                     return;
                 }
                 Some(query) = queries.recv() => self.answer(query),
+                Some(result) = estimated.recv() => {
+                    self.set_now(Now::read());
+                    self.on_estimates(result);
+                }
                 Some(w) = written.recv() => {
                     self.set_now(Now::read());
                     self.visibility.changed();

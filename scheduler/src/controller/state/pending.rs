@@ -272,6 +272,7 @@ impl Controller {
             requests: amounts(&rec.request),
             reason,
             waiting_since: Some(rfc3339(rec.created_ms)),
+            estimated_start: self.estimates.start_of(&rec.key()).map(rfc3339),
         }
     }
 

@@ -128,6 +128,7 @@ impl Controller {
         }
         self.sync_queues_with_quotas();
         self.visibility_pass();
+        self.maybe_estimate();
     }
 
     /// Units whose job never appeared (refused after the webhook, retried

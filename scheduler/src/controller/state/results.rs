@@ -50,13 +50,17 @@ impl Controller {
         }
         match write {
             Write::Visibility {
-                reason, message, ..
+                reason,
+                message,
+                estimated_start,
+                ..
             } => {
                 st.publishing = false;
                 if ok_rv.is_some() {
                     st.rec.position = None;
                     st.rec.wait_reason = Some(reason.into());
                     st.rec.message = Some(message);
+                    st.rec.estimated_start_ms = estimated_start;
                 }
                 return;
             }
@@ -347,6 +351,9 @@ impl Controller {
     /// A phase change was written (or not): a finished or re-held job hears
     /// of it; `freed` when it gave the unit's quota back.
     fn on_phase_written(&mut self, k: &Key, phase: QueueUnitPhase, freed: bool, ok: bool) {
+        if ok && phase.is_finished() {
+            self.learn_runtime(k);
+        }
         let Some(st) = self.units.get_mut(k) else {
             return;
         };

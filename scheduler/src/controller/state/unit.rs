@@ -141,6 +141,8 @@ impl UnitState {
             self.rec.allocated_ms = Some(now_ms);
         }
         self.unconfirmed = false;
+        // The release write clears it (`writes::apply::release_status`).
+        self.rec.estimated_start_ms = None;
         if phase.is_released() {
             // Also when the quota was reserved by an earlier process (a
             // restart while its checks ran): its job, held until now, must

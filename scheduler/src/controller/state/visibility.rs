@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use koord_queue_api::queue_unit::QueueUnitPhase;
 
 use super::{Controller, UnitState, job_ref};
+use crate::controller::estimate::status_step;
 use crate::controller::metrics::{QueueLabels, QuotaLabels};
 use crate::controller::records::Key;
 use crate::controller::writes::Write;
@@ -115,9 +116,10 @@ impl Controller {
 
     /// Why waiting units wait, written when the wait type changed (not when
     /// a unit's place or the figures move: the visibility API answers
-    /// those), at most once per status interval per unit, within a budget
-    /// per pass. Returns whether the pass was complete: every waiting unit
-    /// compared, none left for a later pass.
+    /// those), and their estimated start when it moved by a large step
+    /// (`estimate::status_step`), at most once per status interval per
+    /// unit, within a budget per pass. Returns whether the pass was
+    /// complete: every waiting unit compared, none left for a later pass.
     pub(super) fn publish_reasons(&mut self, now: Instant) -> bool {
         let scan = scan_reasons(
             &self.core,
@@ -129,8 +131,10 @@ impl Controller {
                 self.settings.status_interval
             },
             VISIBILITY_BUDGET,
+            &|key| self.estimates.start_of(key),
+            self.now.wall_ms,
         );
-        for (k, reason, message) in scan.writes {
+        for (k, reason, message, estimated_start) in scan.writes {
             let Some(st) = self.units.get_mut(&k) else {
                 continue;
             };
@@ -152,6 +156,7 @@ impl Controller {
                 unit: k,
                 reason,
                 message,
+                estimated_start,
             });
         }
         scan.complete
@@ -228,14 +233,15 @@ pub(super) struct VisibilityGate {
 /// What a visibility pass over the waiting units found.
 #[derive(Debug, Default)]
 pub(super) struct ReasonScan {
-    /// `(unit, wait type, sentence)` to write.
-    pub(super) writes: Vec<(Key, &'static str, String)>,
+    /// `(unit, wait type, sentence, estimated start)` to write.
+    pub(super) writes: Vec<(Key, &'static str, String, Option<i64>)>,
     /// Every waiting unit was compared and none was deferred.
     pub(super) complete: bool,
 }
 
 /// The waiting units whose published wait type is out of date (or that
-/// still carry a position from an older version), at most `budget`,
+/// still carry a position from an older version), or whose estimated start
+/// (`estimate` of a unit's key) moved by a large step, at most `budget`,
 /// skipping units published less than `interval` ago.
 pub(super) fn scan_reasons(
     core: &Core,
@@ -243,6 +249,8 @@ pub(super) fn scan_reasons(
     now: Instant,
     interval: Duration,
     budget: usize,
+    estimate: &dyn Fn(&str) -> Option<i64>,
+    wall_ms: i64,
 ) -> ReasonScan {
     let mut scan = ReasonScan {
         complete: true,
@@ -263,7 +271,11 @@ pub(super) fn scan_reasons(
                 continue;
             }
             let kind = wait_type(reason).as_str();
-            if st.rec.wait_reason.as_deref() == Some(kind) && st.rec.position.is_none() {
+            let estimated_start = estimate(w.key);
+            if st.rec.wait_reason.as_deref() == Some(kind)
+                && st.rec.position.is_none()
+                && !status_step(st.rec.estimated_start_ms, estimated_start, wall_ms)
+            {
                 continue;
             }
             if scan.writes.len() >= budget {
@@ -277,7 +289,8 @@ pub(super) fn scan_reasons(
                 scan.complete = false;
                 continue;
             }
-            scan.writes.push((st.rec.key(), kind, reason.to_string()));
+            scan.writes
+                .push((st.rec.key(), kind, reason.to_string(), estimated_start));
         }
     }
     scan

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase};
 use koord_queue_api::{Queue, QueueStatus, WriteAck};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -192,11 +192,18 @@ impl Writer {
                 unit,
                 reason,
                 message,
+                estimated_start,
             } => {
                 let conditions = QueueUnitPhase::waiting_conditions(reason, message, &now());
+                let estimated_start = estimated_start
+                    .and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
+                    .map(Time);
                 self.patch_unit_status(
                     unit,
-                    json!({ "position": null, "message": message, "conditions": conditions }),
+                    json!({
+                        "position": null, "message": message, "conditions": conditions,
+                        "estimatedStart": estimated_start,
+                    }),
                 )
                 .await
             }
@@ -502,6 +509,7 @@ fn release_status(
 ) -> Value {
     let mut status = json!({
         "phase": phase, "message": message, "lastUpdateTime": now(), "position": null,
+        "estimatedStart": null,
         "conditions": phase.standard_conditions(None, message, &now()),
     });
     if let Some(admissions) = admissions {

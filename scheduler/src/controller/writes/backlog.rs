@@ -275,6 +275,7 @@ mod tests {
                 unit: "ns/v".into(),
                 reason: "QuotaExceeded",
                 message: String::new(),
+                estimated_start: None,
             },
             Write::Adopt {
                 unit: "ns/a".into(),

@@ -171,6 +171,8 @@ pub enum Write {
         reason: &'static str,
         /// The sentence.
         message: String,
+        /// Its estimated start (ms since the epoch); `None` clears it.
+        estimated_start: Option<i64>,
     },
     /// Delete a unit (its job is gone, or it is an orphan).
     DeleteUnit {

@@ -70,6 +70,7 @@ impl Scenario {
             job_events: false,
             strict_default: None,
             jitter_salt: 7,
+            estimates: None,
         };
         let controller = Controller::new(
             core,

@@ -9,7 +9,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use super::found_reserved;
 use crate::controller::records::{Key, key};
 use crate::controller::state::UnitState;
-use crate::controller::state::visibility::{VisibilityGate, scan_reasons};
+use crate::controller::state::visibility::{ReasonScan, VisibilityGate, scan_reasons};
 use crate::core::{Core, QueueDef, QuotaDef, UnitDef};
 
 /// A core with one queue `q` (quota `q`, 4 cpu of capacity) and ten
@@ -45,26 +45,96 @@ fn waiting_units() -> (Core, HashMap<Key, Box<UnitState>>) {
     (core, units)
 }
 
+/// A pass without estimates.
+fn scan(
+    core: &Core,
+    units: &HashMap<Key, Box<UnitState>>,
+    now: Instant,
+    interval: Duration,
+    budget: usize,
+) -> ReasonScan {
+    scan_reasons(core, units, now, interval, budget, &|_| None, T0)
+}
+
+const T0: i64 = 1_700_000_000_000;
+const MIN: i64 = 60_000;
+
+/// The writes land (as their watch events would record).
+fn land(units: &mut HashMap<Key, Box<UnitState>>, writes: Vec<(Key, &str, String, Option<i64>)>) {
+    for (k, reason, message, estimate) in writes {
+        let st = units.get_mut(&k).expect("a waiting unit");
+        st.rec.wait_reason = Some(reason.into());
+        st.rec.message = Some(message);
+        st.rec.estimated_start_ms = estimate;
+    }
+}
+
+#[test]
+fn an_estimate_is_written_to_the_status_on_a_large_step_only() {
+    let (core, mut units) = waiting_units();
+    let interval = Duration::from_secs(2);
+    let now = Instant::now();
+    // Judged, and an estimate for u3 ten minutes ahead, u4 two minutes
+    // ahead, before the first write: both ride with the wait type.
+    let estimates = |key: &str| match key {
+        "ns/u3" => Some(T0 + 10 * MIN),
+        "ns/u4" => Some(T0 + 2 * MIN),
+        _ => None,
+    };
+    let first = scan_reasons(&core, &units, now, interval, 200, &estimates, T0);
+    assert_eq!(first.writes.len(), 8);
+    land(&mut units, first.writes);
+    assert_eq!(units["ns/u3"].rec.estimated_start_ms, Some(T0 + 10 * MIN));
+    let t = now + interval;
+    // Small moves (a minute, a minute and a half) are not written.
+    let moved = |key: &str| match key {
+        "ns/u3" => Some(T0 + 11 * MIN),
+        "ns/u4" => Some(T0 + 3 * MIN + 30_000),
+        _ => None,
+    };
+    let quiet = scan_reasons(&core, &units, t, interval, 200, &moved, T0);
+    assert!(quiet.writes.is_empty(), "{:?}", quiet.writes);
+    // u3 moves by 20 minutes, u5 gets a first estimate an hour ahead: two
+    // writes, the wait type unchanged.
+    let stepped = |key: &str| match key {
+        "ns/u3" => Some(T0 + 30 * MIN),
+        "ns/u4" => Some(T0 + 2 * MIN),
+        "ns/u5" => Some(T0 + 60 * MIN),
+        _ => None,
+    };
+    let written = scan_reasons(&core, &units, t, interval, 200, &stepped, T0);
+    let mut keys: Vec<(&str, Option<i64>)> = written
+        .writes
+        .iter()
+        .map(|(k, _, _, e)| (&**k, *e))
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            ("ns/u3", Some(T0 + 30 * MIN)),
+            ("ns/u5", Some(T0 + 60 * MIN))
+        ]
+    );
+}
+
 #[test]
 fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_move() {
     let (mut core, mut units) = waiting_units();
     let interval = Duration::from_secs(2);
     let now = Instant::now();
-    let first = scan_reasons(&core, &units, now, interval, 200);
+    let first = scan(&core, &units, now, interval, 200);
     assert!(first.complete);
     assert_eq!(first.writes.len(), 8);
-    let (k, reason, message) = &first.writes[0];
+    let (k, reason, message, estimate) = &first.writes[0];
+    assert_eq!(*estimate, None);
     assert_eq!(&**k, "ns/u2");
     assert_eq!(*reason, "QuotaExceeded");
     assert!(message.starts_with("quota q: cpu"), "{message}");
     assert!(!message.contains("position"), "{message}");
     // The writes land (as their watch events would record).
-    for (k, reason, message) in first.writes {
-        let st = units.get_mut(&k).expect("a waiting unit");
-        st.rec.wait_reason = Some(reason.into());
-        st.rec.message = Some(message);
-    }
-    let again = scan_reasons(&core, &units, now + interval, interval, 200);
+    land(&mut units, first.writes);
+    let again = scan(&core, &units, now + interval, interval, 200);
     assert!(again.complete && again.writes.is_empty());
 
     // Units ahead leave: every place moves, no reason changes, nothing
@@ -78,13 +148,13 @@ fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_mov
     for d in &out.decisions {
         units.remove(&d.unit);
     }
-    let moved = scan_reasons(&core, &units, now + interval * 2, interval, 200);
+    let moved = scan(&core, &units, now + interval * 2, interval, 200);
     assert!(moved.writes.is_empty(), "{:?}", moved.writes);
 
     // A position written by an older version is cleared once.
     let stale = units.values_mut().next().expect("a waiting unit");
     stale.rec.position = Some(7);
-    let cleared = scan_reasons(&core, &units, now + interval * 3, interval, 200);
+    let cleared = scan(&core, &units, now + interval * 3, interval, 200);
     assert_eq!(cleared.writes.len(), 1);
 
     // Nothing changed since a complete pass: the next pass does not
@@ -105,21 +175,21 @@ fn a_deferred_or_cut_short_visibility_pass_is_run_again() {
     let interval = Duration::from_secs(2);
     let now = Instant::now();
     // Over budget: the rest is for the next pass.
-    let cut = scan_reasons(&core, &units, now, interval, 3);
+    let cut = scan(&core, &units, now, interval, 3);
     assert_eq!(cut.writes.len(), 3);
     assert!(!cut.complete);
     // A unit published within the status interval is deferred.
     for st in units.values_mut() {
         st.last_published = Some(now);
     }
-    let deferred = scan_reasons(&core, &units, now, interval, 200);
+    let deferred = scan(&core, &units, now, interval, 200);
     assert!(deferred.writes.is_empty());
     assert!(!deferred.complete);
     let mut gate = VisibilityGate::default();
     gate.passed(deferred.complete);
     assert!(gate.due(), "an incomplete pass leaves the gate open");
     // Once the interval is over the deferred units are written.
-    let later = scan_reasons(&core, &units, now + interval, interval, 200);
+    let later = scan(&core, &units, now + interval, interval, 200);
     assert!(later.complete);
     assert_eq!(later.writes.len(), 8);
 }
