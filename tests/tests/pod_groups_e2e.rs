@@ -74,15 +74,38 @@ async fn unit(admin: &kube::Client, ns: &str, name: &str) -> Option<QueueUnit> {
         .unwrap()
 }
 
+/// Waits until unit `name` is in one of `phases`; on a timeout, says what
+/// the namespace's units and pods are (a CI run once found the group's unit
+/// never Enqueued, and the bare timeout told nothing).
 async fn wait_unit(admin: &kube::Client, ns: &str, name: &str, phases: &[QueueUnitPhase]) {
-    fixtures::eventually(LONG, || async {
+    let waited = fixtures::eventually(LONG, || async {
         Ok(unit(admin, ns, name)
             .await
             .and_then(|u| u.status?.phase)
             .is_some_and(|p| phases.contains(&p)))
     })
-    .await
-    .unwrap_or_else(|e| panic!("unit {name} never reached {phases:?}: {e:#}"));
+    .await;
+    if let Err(e) = waited {
+        let units = Api::<QueueUnit>::namespaced(admin.clone(), ns)
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|u| (u.metadata.name, u.spec.consumer_ref, u.status))
+                    .collect::<Vec<_>>()
+            });
+        let pods = Api::<Pod>::namespaced(admin.clone(), ns)
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|p| (p.metadata.name, p.metadata.labels, p.metadata.annotations))
+                    .collect::<Vec<_>>()
+            });
+        panic!("unit {name} never reached {phases:?}: {e:#}\nunits: {units:#?}\npods: {pods:#?}");
+    }
 }
 
 /// Waits until every pod of `names` is ungated.
