@@ -160,6 +160,19 @@ pub enum WaitReason {
         /// What the head is short of.
         resource: Arc<str>,
     },
+    /// A unit waits behind the reserving head of another queue, which is
+    /// short where this unit's quota is too: under an ancestor's max, or
+    /// the cluster's capacity (`reserve/across.rs`).
+    ReservedAcross {
+        /// Key (`namespace/name`) of the head.
+        unit: Arc<str>,
+        /// The head's queue.
+        queue: Arc<str>,
+        /// What the head is short of.
+        resource: Arc<str>,
+        /// The quota whose max stops the head (`None`: the capacity).
+        scope: Option<Arc<str>>,
+    },
     /// A `Block` queue stops at an earlier unit that does not fit.
     BlockedBehind {
         /// Key (`namespace/name`) of that unit.
@@ -434,6 +447,25 @@ impl fmt::Display for WaitReason {
                 f,
                 "waiting behind {unit}, which reserves {resource} (it has waited longest or has the highest priority)"
             ),
+            Self::ReservedAcross {
+                unit,
+                queue,
+                resource,
+                scope,
+            } => {
+                write!(
+                    f,
+                    "waiting behind {unit} of queue {queue}, which reserves {resource} "
+                )?;
+                match scope {
+                    Some(q) => write!(f, "under quota {q}")?,
+                    None => f.write_str("of the cluster's capacity")?,
+                }
+                write!(
+                    f,
+                    " (it has the higher priority or has waited longer; this unit borrows beyond its min)"
+                )
+            }
             Self::BlockedBehind { unit } => write!(f, "waiting behind {unit} (Block policy)"),
             Self::QueueStopped { queue } => write!(
                 f,

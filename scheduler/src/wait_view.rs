@@ -15,7 +15,9 @@ pub fn wait_type(reason: &WaitReason) -> WaitType {
         WaitReason::Capacity { .. } | WaitReason::CapacityUnknown => WaitType::ClusterCapacity,
         WaitReason::NamespaceQuota { .. } => WaitType::NamespaceQuota,
         WaitReason::Reserving { .. } => WaitType::Reserving,
-        WaitReason::ReservedBehind { .. } => WaitType::BehindReservingHead,
+        WaitReason::ReservedBehind { .. } | WaitReason::ReservedAcross { .. } => {
+            WaitType::BehindReservingHead
+        }
         WaitReason::BlockedBehind { .. } => WaitType::BehindHead,
         WaitReason::Reclaiming { .. } => WaitType::Reclaiming,
         WaitReason::Preempting { .. } => WaitType::Preempting,
@@ -50,6 +52,16 @@ pub fn view(reason: &WaitReason) -> WaitReasonView {
         WaitReason::ReservedBehind { unit, resource } => {
             out.behind = Some(unit.to_string());
             out.resource = Some(resource.to_string());
+        }
+        WaitReason::ReservedAcross {
+            unit,
+            resource,
+            scope,
+            ..
+        } => {
+            out.behind = Some(unit.to_string());
+            out.resource = Some(resource.to_string());
+            out.quota = scope.as_deref().map(str::to_string);
         }
         WaitReason::BlockedBehind { unit } => out.behind = Some(unit.to_string()),
         WaitReason::BorrowingPaused {

@@ -36,6 +36,7 @@ impl Core {
                 continue;
             }
             let borrowed = self.evaluate_queue(q, out, true);
+            self.refresh_hold(q);
             self.requeue_withdrawn();
             if borrowed {
                 heap.push(Reverse((share(self, scope), position, q, scope)));

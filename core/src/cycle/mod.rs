@@ -112,6 +112,8 @@ pub(crate) struct Pass<'a> {
     pub one_borrower: bool,
     /// It did.
     pub borrowed: bool,
+    /// Reserving heads of other queues that hold across.
+    pub holds: &'a mut crate::reserve::across::Holds,
 }
 
 impl Core {
@@ -125,6 +127,7 @@ impl Core {
         self.cycle_no = self.cycle_no.wrapping_add(1).max(1);
         for _ in 0..MAX_PASSES {
             self.reclaim_housekeeping();
+            self.refresh_holds();
             self.apply_relaxations();
             order.clear();
             order.extend(self.queues.order.iter().map(|(_, _, q)| *q));
@@ -137,6 +140,7 @@ impl Core {
                         continue;
                     }
                     self.evaluate_queue(q, &mut out, false);
+                    self.refresh_hold(q);
                     self.requeue_withdrawn();
                 }
             }
@@ -226,6 +230,7 @@ impl Core {
             relaxed,
             cycle_no,
             now_ms,
+            holds,
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
@@ -276,6 +281,7 @@ impl Core {
             cycle_no: *cycle_no,
             one_borrower,
             borrowed: false,
+            holds,
         };
         if stopped {
             // A stopped queue releases nothing, whatever fits: its units

@@ -117,7 +117,7 @@ impl Pass<'_> {
         let mut reservation = None;
         let mut released = Vec::new();
         for wk in &entry.waiting {
-            if self.held_back(&mut reservation, wk) {
+            if self.held_back(&mut reservation, wk) || self.held_across(q, wk) {
                 continue;
             }
             self.out.stats.units_visited += 1;
@@ -158,7 +158,7 @@ impl Pass<'_> {
             entry.dirty = Dirty::Forced;
         }
         for wk in self.wait_keys(q, entry, ids) {
-            if self.held_back(&mut reservation, &wk) {
+            if self.held_back(&mut reservation, &wk) || self.held_across(q, &wk) {
                 continue;
             }
             self.out.stats.units_visited += 1;
@@ -196,6 +196,14 @@ impl Pass<'_> {
         for wk in &entry.waiting {
             if let Some(reason) = &behind {
                 self.note_reason(wk.id, reason.clone(), 0);
+                continue;
+            }
+            if self.held_across(q, wk) {
+                // Held behind another queue's head: nothing passes it.
+                entry.head = Some(wk.clone());
+                behind = Some(WaitReason::BlockedBehind {
+                    unit: Arc::clone(&wk.key),
+                });
                 continue;
             }
             self.out.stats.units_visited += 1;

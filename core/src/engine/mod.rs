@@ -97,6 +97,9 @@ pub struct Core {
     /// The controller's clock (ms since the epoch), as last set: the core
     /// has none of its own (see [`Core::set_now`]).
     pub(crate) now_ms: i64,
+    /// Reserving heads that hold back the units of other queues
+    /// (`reserve/across.rs`).
+    pub(crate) holds: crate::reserve::across::Holds,
 }
 
 impl Core {
@@ -128,6 +131,7 @@ impl Core {
             cycle_no: 0,
             reclaim: ReclaimState::default(),
             now_ms: 0,
+            holds: Default::default(),
         })
     }
 

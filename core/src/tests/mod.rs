@@ -11,6 +11,7 @@ mod property_reserve;
 mod quota;
 mod reclaim;
 mod reserving;
+mod reserving_across;
 
 use koord_queue_model::{QueuePolicy, Resources};
 

@@ -11,14 +11,16 @@
 //! time by which the bounded runs holding what the head needs free enough
 //! (EASY backfilling); without bounds nothing is.
 
+pub(crate) mod across;
+
 use std::sync::Arc;
 
-use super::cycle::Pass;
-use super::ids::UnitId;
+use crate::cycle::Pass;
+use crate::ids::UnitId;
 use koord_queue_model::Reserve;
 
-use super::queues::{Reservation, WaitKey};
-use super::reason::{Blocker, WaitReason};
+use crate::queues::{Reservation, WaitKey};
+use crate::reason::{Blocker, WaitReason};
 
 impl Pass<'_> {
     /// The unit at `wk` was just found not to fit: it becomes the queue's

@@ -1,0 +1,235 @@
+//! A reservation that holds where the room is short (issue 44): a head
+//! stopped by its parent's max (or the capacity) holds back the borrowing
+//! units of its sibling queues, except backfill, guaranteed units and units
+//! senior to it; the reason names the head; two heads never hold each other.
+
+use koord_queue_model::{QueuePolicy, Reserve};
+
+use super::{quota_core, reason_text, released, unit};
+use crate::{Core, QueueDef, QuotaDef};
+
+/// Parent `p` (max `parent` cpu) over leaves `a`, `b`, `c` (each min
+/// `min`, max `parent`), each queue `Priority` and reserving at once from
+/// priority 100.
+fn tree(parent: i64, min: i64) -> Core {
+    let mut core = quota_core(1000);
+    core.upsert_quota(
+        &QuotaDef::new("p")
+            .parent_node()
+            .min("cpu", parent * 1000)
+            .max("cpu", parent * 1000),
+    )
+    .unwrap();
+    for q in ["a", "b", "c"] {
+        core.upsert_queue(
+            &QueueDef::new(q)
+                .with_policy(QueuePolicy::Priority)
+                .with_reserve(Reserve {
+                    after_ms: None,
+                    above_priority: Some(100),
+                }),
+        );
+        core.upsert_quota(
+            &QuotaDef::new(q)
+                .under("p")
+                .min("cpu", min * 1000)
+                .max("cpu", parent * 1000),
+        )
+        .unwrap();
+    }
+    core.set_now(100_000);
+    core
+}
+
+/// `b` runs 8 of the parent's 10 cpu; `a`'s large unit (4, priority 100)
+/// does not fit under the parent and reserves.
+fn large_waits() -> Core {
+    let mut c = tree(10, 0);
+    c.upsert_unit(&unit("ns", "running", "b", 8).created_at(0))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(
+        &unit("ns", "large", "a", 4)
+            .with_priority(100)
+            .created_at(10_000),
+    )
+    .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    c
+}
+
+#[test]
+fn a_siblings_small_unit_waits_behind_a_head_stopped_by_the_parent() {
+    let mut c = large_waits();
+    assert!(
+        reason_text(&c, "ns/large").starts_with("reserving: quota p: cpu 8/10 used, needs 4"),
+        "{}",
+        reason_text(&c, "ns/large")
+    );
+    // c's small unit would fit (9 of 10) but would take what large waits for.
+    c.upsert_unit(&unit("ns", "small", "c", 1).created_at(20_000))
+        .unwrap();
+    let out = c.run_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", released(&out));
+    let reason = reason_text(&c, "ns/small");
+    assert!(
+        reason.starts_with("waiting behind ns/large of queue a, which reserves cpu under quota p"),
+        "{reason}"
+    );
+    // The room is kept: once the running unit ends, large goes first,
+    // then small.
+    c.remove_unit("ns/running");
+    assert_eq!(released(&c.run_cycle()), ["ns/large", "ns/small"]);
+}
+
+#[test]
+fn a_unit_that_does_not_compete_passes() {
+    let mut c = large_waits();
+    c.upsert_unit(
+        &crate::UnitDef::new("ns", "gpu-only")
+            .with_quota("c")
+            .requesting("nvidia.com/gpu", 1),
+    )
+    .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/gpu-only"]);
+}
+
+#[test]
+fn a_unit_within_its_min_passes_the_guarantee_stands() {
+    let mut c = tree(10, 0);
+    c.upsert_quota(
+        &QuotaDef::new("c")
+            .under("p")
+            .min("cpu", 2_000)
+            .max("cpu", 10_000),
+    )
+    .unwrap();
+    c.upsert_unit(&unit("ns", "running", "b", 7).created_at(0))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(
+        &unit("ns", "large", "a", 4)
+            .with_priority(100)
+            .created_at(10_000),
+    )
+    .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    // c's unit is within c's min of 2: a reservation never holds it back.
+    c.upsert_unit(&unit("ns", "guaranteed", "c", 2).created_at(20_000))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/guaranteed"]);
+}
+
+#[test]
+fn a_unit_senior_to_the_head_passes_and_two_heads_never_hold_each_other() {
+    let mut c = large_waits();
+    // Higher priority than the head: not held back (it would reserve
+    // itself, and be served first).
+    c.upsert_unit(
+        &unit("ns", "urgent", "c", 1)
+            .with_priority(200)
+            .created_at(30_000),
+    )
+    .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/urgent"]);
+    // A second large head in c, same priority, created later: it waits
+    // behind a's head and does not reserve against it.
+    c.upsert_unit(
+        &unit("ns", "large-c", "c", 4)
+            .with_priority(100)
+            .created_at(40_000),
+    )
+    .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    assert!(
+        reason_text(&c, "ns/large-c").starts_with("waiting behind ns/large of queue a"),
+        "{}",
+        reason_text(&c, "ns/large-c")
+    );
+    // Room for one: the senior head first; then the other reserves in turn.
+    c.remove_unit("ns/running");
+    assert_eq!(released(&c.run_cycle()), ["ns/large", "ns/large-c"]);
+}
+
+#[test]
+fn a_bounded_unit_that_ends_before_the_head_can_start_is_backfilled() {
+    let mut c = tree(10, 0);
+    c.upsert_unit(
+        &unit("ns", "running", "b", 8)
+            .created_at(0)
+            .running_at_most(60_000),
+    )
+    .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(
+        &unit("ns", "large", "a", 4)
+            .with_priority(100)
+            .created_at(10_000),
+    )
+    .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    // The head can start by 160 s (running's release at 100 s + 60 s).
+    c.upsert_unit(
+        &unit("ns", "short", "c", 1)
+            .created_at(20_000)
+            .running_at_most(30_000),
+    )
+    .unwrap();
+    c.upsert_unit(
+        &unit("ns", "long", "c", 1)
+            .created_at(21_000)
+            .running_at_most(600_000),
+    )
+    .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/short"]);
+    assert!(reason_text(&c, "ns/long").starts_with("waiting behind ns/large"));
+}
+
+#[test]
+fn the_held_queue_is_served_when_the_head_leaves() {
+    let mut c = large_waits();
+    c.upsert_unit(&unit("ns", "small", "c", 1).created_at(20_000))
+        .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    // The head is deleted: what it held back goes at once.
+    c.remove_unit("ns/large");
+    assert_eq!(released(&c.run_cycle()), ["ns/small"]);
+}
+
+#[test]
+fn a_head_short_of_the_capacity_holds_every_queue() {
+    // Two top-level quotas; the capacity (10) is what stops the head.
+    let mut c = quota_core(10);
+    for q in ["x", "y"] {
+        c.upsert_queue(
+            &QueueDef::new(q)
+                .with_policy(QueuePolicy::Priority)
+                .with_reserve(Reserve {
+                    after_ms: None,
+                    above_priority: Some(100),
+                }),
+        );
+        c.upsert_quota(&QuotaDef::new(q).max("cpu", 100_000))
+            .unwrap();
+    }
+    c.set_now(100_000);
+    c.upsert_unit(&unit("ns", "running", "y", 8).created_at(0))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    c.upsert_unit(
+        &unit("ns", "large", "x", 4)
+            .with_priority(100)
+            .created_at(10_000),
+    )
+    .unwrap();
+    c.upsert_unit(&unit("ns", "small", "y", 1).created_at(20_000))
+        .unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    let reason = reason_text(&c, "ns/small");
+    assert!(
+        reason.starts_with(
+            "waiting behind ns/large of queue x, which reserves cpu of the cluster's capacity"
+        ),
+        "{reason}"
+    );
+}
