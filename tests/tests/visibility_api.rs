@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running};
+use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running, Succeed};
 use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
 use koord_queue_tests::{ControlPlane, fixtures};
@@ -213,4 +213,81 @@ async fn discovery_and_kubectl_get_work_through_the_aggregation_layer() {
         .await
         .unwrap();
     assert!(wide.contains(&ns), "{wide}");
+}
+
+/// The RFC 3339 time `field` of item `unit` of `list`, in ms since the epoch.
+fn time_of(list: &Value, unit: &str, field: &str) -> Option<i64> {
+    let item = list["items"]
+        .as_array()?
+        .iter()
+        .find(|i| i["metadata"]["name"] == json!(unit))?;
+    let at: k8s_openapi::jiff::Timestamp = item[field].as_str()?.parse().ok()?;
+    Some(at.as_millisecond())
+}
+
+/// Issue 40: the scheduler tells each waiting job when it starts. A job of
+/// one-CPU quota ends after a few seconds (its queue learns that runtime);
+/// the next is bounded to 600 s (`activeDeadlineSeconds`) and runs; the two
+/// behind it start at its bound plus its pods' grace period, then after the
+/// learned runtime — as the tenant reads it through the visibility API.
+#[tokio::test]
+async fn a_waiting_job_is_told_when_it_starts_from_the_bound_ahead_and_the_runtime_learned() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, tenant) = e2e::tenant_with_quota(cp, "est", "1").await.unwrap();
+    bind_view(cp, &ns).await;
+    kubectl_create_job(cp, &ns, &job_yaml("quick", &quota, "1", "2s"))
+        .await
+        .unwrap();
+    wait_phase(&admin, &ns, "quick", &[Succeed], LONG)
+        .await
+        .unwrap();
+    let bounded = job_yaml("bounded", &quota, "1", "1h").replace(
+        "spec:\n  backoffLimit: 0",
+        "spec:\n  activeDeadlineSeconds: 600\n  backoffLimit: 0",
+    );
+    kubectl_create_job(cp, &ns, &bounded).await.unwrap();
+    wait_phase(&admin, &ns, "bounded", &[Running], LONG)
+        .await
+        .unwrap();
+    for job in ["next", "last"] {
+        kubectl_create_job(cp, &ns, &job_yaml(job, &quota, "1", "1h"))
+            .await
+            .unwrap();
+        // Distinct creation seconds: the serving order is the creation order.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let units = units_of(&admin, &ns, &["bounded", "next", "last"]).await;
+    let released = e2e::unit_of_job(&admin, &ns, "bounded")
+        .await
+        .unwrap()
+        .and_then(|u| u.status?.last_allocate_time)
+        .expect("the bounded job's release time")
+        .0
+        .as_millisecond();
+    // 600 s and the default grace period of 30 s, from the release (the
+    // status keeps whole seconds).
+    let bound_end = released + 630_000;
+    let path = namespace_path(&ns);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let told = fixtures::eventually(LONG, || {
+        let (tenant, path, units) = (tenant.clone(), path.clone(), units.clone());
+        let seen = seen.clone();
+        async move {
+            let (code, list) = get(&tenant, &path).await?;
+            let next = time_of(&list, &units[1], "estimatedStart");
+            let last = time_of(&list, &units[2], "estimatedStart");
+            *seen.lock().unwrap() = list;
+            Ok(code == 200
+                && next.is_some_and(|n| (n - bound_end).abs() <= 2_000)
+                && last.zip(next).is_some_and(|(l, n)| l > n && l - n < 60_000))
+        }
+    })
+    .await;
+    assert!(
+        told.is_ok(),
+        "the estimates: the next at the bound's end ({bound_end} ms), the last a learned runtime \
+         after it: {:#}",
+        seen.lock().unwrap()
+    );
 }

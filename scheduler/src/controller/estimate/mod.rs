@@ -9,11 +9,11 @@
 //! the visibility API (and, on a large step, the unit's status).
 //!
 //! What the estimate assumes, and so what it cannot know:
-//! - a running unit ends at its run bound, else after the runtime learned
-//!   from its queue's finished units ([`Runtimes`]); one running longer
-//!   than that ends "soon" ([`overdue_end`]);
-//! - a waiting unit runs its learned runtime (at most its bound); with
-//!   neither, its runtime is unknown and it never ends in the simulation:
+//! - a unit runs to its run bound (what its owner declared: the job's
+//!   deadline and its pods' grace period), else for the runtime learned
+//!   from its queue's finished units ([`Runtimes`]); a running unit past
+//!   that end ends "soon" ([`overdue_end`]);
+//! - with neither, its runtime is unknown and it never ends in the simulation:
 //!   the units that need its room get no estimate rather than an invented
 //!   one;
 //! - arrivals not yet seen are not invented: a unit submitted later with a

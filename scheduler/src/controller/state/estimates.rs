@@ -100,7 +100,12 @@ impl Controller {
         let mut running = Vec::new();
         let mut waiting = Vec::new();
         for st in self.units.values() {
-            let runtime = runtimes.expected(queue_of(&st.rec));
+            // A unit's own bound first (what its owner declared), else what
+            // its queue's finished units took.
+            let runtime = st
+                .rec
+                .max_run_ms
+                .or_else(|| runtimes.expected(queue_of(&st.rec)));
             let shared = labels
                 .entry(&st.rec.labels)
                 .or_insert_with(|| Arc::new(st.rec.labels.to_map()))
