@@ -4,6 +4,6 @@
 //! simulator replay the same stream; the benchmark uses it from there.
 
 pub use koord_queue_sim::shape::{
-    CLASS_LABEL, CLASSES, Class, LEAF_MAX_CPU, LEAF_MIN_CPU, Leaf, Parent, PlannedJob, QueueLabels,
-    Shape, parse_scale,
+    CLASS_LABEL, CLASSES, Class, LEAF_MAX_CPU, LEAF_MIN_CPU, Leaf, ONE_LARGE_CPU,
+    ONE_LARGE_SMALL_RUNTIME, Parent, PlannedJob, QueueLabels, SHAPES, Shape, named, parse_scale,
 };

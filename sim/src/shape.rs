@@ -83,6 +83,13 @@ pub const LEAF_MIN_CPU: u32 = 20;
 /// Maximum CPU of a leaf quota (Kueue: nominal 20 + borrowing limit 100).
 pub const LEAF_MAX_CPU: u32 = 120;
 
+/// CPU of a large job in [`Shape::one_large_class`]: twice a leaf's min, so
+/// a large job always borrows and its parent's max is what stops it.
+pub const ONE_LARGE_CPU: u32 = 40;
+/// Runtime of a small job in [`Shape::one_large_class`]: 1 CPU every 100 ms
+/// for 1.8 s is 18 CPU, with the medium class's 5 a little above a leaf's min.
+pub const ONE_LARGE_SMALL_RUNTIME: Duration = Duration::from_millis(1800);
+
 /// A leaf quota (one Kueue ClusterQueue) and its namespace.
 #[derive(Clone, Debug, Serialize)]
 pub struct Leaf {
@@ -170,6 +177,34 @@ pub fn parse_scale(scale: &str) -> Result<(usize, usize, usize)> {
     })
 }
 
+/// The shapes by name, as `--shape` takes them.
+pub const SHAPES: [&str; 2] = ["baseline", "one-large-class"];
+
+/// The shape named `kind` ([`SHAPES`]) at `scale`, its jobs, queues and
+/// cohorts overridable (the queues and cohorts of Kueue's baseline only).
+pub fn named(
+    kind: &str,
+    scale: &str,
+    jobs: Option<usize>,
+    queues: Option<usize>,
+    cohorts: Option<usize>,
+) -> Result<Shape> {
+    let (n, q, c) = parse_scale(scale)?;
+    match kind {
+        "baseline" => Shape::new(
+            scale,
+            jobs.unwrap_or(n),
+            queues.unwrap_or(q),
+            cohorts.unwrap_or(c),
+        ),
+        "one-large-class" if queues.is_none() && cohorts.is_none() => {
+            Shape::one_large_class(scale, jobs.unwrap_or(n))
+        }
+        "one-large-class" => bail!("the one-large-class shape has its own queues and parent"),
+        other => bail!("--shape {other:?}: expected one of {SHAPES:?}"),
+    }
+}
+
 impl Shape {
     /// `jobs` jobs over `queues` leaf quotas in `cohorts` parents; each
     /// queue's jobs split 70 / 20 / 10 % into small, medium and large.
@@ -222,6 +257,72 @@ impl Shape {
         }
         let root_cpu = u32::try_from(queues).unwrap_or(u32::MAX) * LEAF_MIN_CPU;
         Ok(Self::from_parts(scale, parents, leaves, root_cpu, planned))
+    }
+
+    /// Issue 44's shape: one parent holding the whole capacity (30 leaves ×
+    /// [`LEAF_MIN_CPU`], as in Kueue's shape), three *large* queues with only
+    /// large jobs of [`ONE_LARGE_CPU`] CPU — which borrow beyond their
+    /// leaf's min, so the parent's max is what stops them — and 27 *small*
+    /// queues with small jobs that run [`ONE_LARGE_SMALL_RUNTIME`] (so that
+    /// each small queue asks a little more than its min, like the
+    /// baseline's) and medium ones. The stream asks about 20 % more than
+    /// the parent holds, and every sequence lasts about as long. Without a
+    /// reservation that holds across the parent, the many small queues take
+    /// every core a large job waits for.
+    pub fn one_large_class(scale: &str, jobs: usize) -> Result<Self> {
+        const LEAVES: usize = 30;
+        const LARGE_LEAVES: [usize; 3] = [0, 10, 20];
+        // Jobs a second of a small queue (10 small + 2 medium) and of a
+        // large queue (1 / 1.2 s), so that all sequences end together.
+        let per_second = 27.0 * 12.0 + 3.0 / 1.2;
+        let seconds = jobs as f64 / per_second;
+        if jobs < 100 {
+            bail!("the one-large-class shape needs at least 100 jobs (got {jobs})");
+        }
+        let count = |class: usize| {
+            (seconds * 1000.0 / CLASSES[class].interval.as_millis() as f64).round() as usize
+        };
+        let mut leaves = Vec::with_capacity(LEAVES);
+        for q in 0..LEAVES {
+            let large = LARGE_LEAVES.contains(&q);
+            let (name, counts) = if large {
+                (format!("large-{q}"), [0, 0, count(2).max(1)])
+            } else {
+                (format!("small-{q}"), [count(0).max(1), count(1), 0])
+            };
+            leaves.push(Leaf {
+                namespace: format!("bench-{name}"),
+                name,
+                parent: 0,
+                counts,
+            });
+        }
+        let cpu = u32::try_from(LEAVES).unwrap_or(u32::MAX) * LEAF_MIN_CPU;
+        let parents = vec![Parent {
+            name: "cohort-0".to_string(),
+            cpu,
+        }];
+        let mut planned = Vec::new();
+        for (l, leaf) in leaves.iter().enumerate() {
+            for (c, class) in CLASSES.iter().enumerate() {
+                for seq in 0..leaf.counts[c] {
+                    let (cpu, runtime) = match c {
+                        0 => (class.cpu, ONE_LARGE_SMALL_RUNTIME),
+                        2 => (ONE_LARGE_CPU, class.runtime),
+                        _ => (class.cpu, class.runtime),
+                    };
+                    planned.push(PlannedJob {
+                        name: format!("{}-{seq}", class.name),
+                        leaf: l,
+                        class: c,
+                        seq,
+                        cpu,
+                        runtime,
+                    });
+                }
+            }
+        }
+        Ok(Self::from_parts(scale, parents, leaves, cpu, planned))
     }
 
     /// A shape of any tree and jobs (another scenario than Kueue's, e.g.
@@ -284,6 +385,15 @@ impl Shape {
         Some((seconds as i64).max(1))
     }
 
+    /// `activeDeadlineSeconds` of job `job`, if runs are bounded: its
+    /// runtime (its class's, unless the shape gives it another) times the
+    /// factor, at least 1.
+    pub fn job_run_bound_seconds(&self, job: &PlannedJob) -> Option<i64> {
+        let factor = self.run_bound_factor?;
+        let seconds = (job.runtime.as_secs_f64() * factor).ceil();
+        Some((seconds as i64).max(1))
+    }
+
     /// Index of job `namespace/name`.
     pub fn job_index(&self, namespace: &str, name: &str) -> Option<usize> {
         self.index
@@ -343,7 +453,7 @@ impl Shape {
         if suspended {
             manifest["spec"]["suspend"] = serde_json::Value::Bool(true);
         }
-        if let Some(bound) = self.run_bound_seconds(class) {
+        if let Some(bound) = self.job_run_bound_seconds(job) {
             manifest["spec"]["activeDeadlineSeconds"] = bound.into();
         }
         if let (Some(queue_labels), Some(labels)) = (
@@ -406,6 +516,35 @@ mod tests {
         assert_eq!(l["q.example/queue"], "bench");
         assert_eq!(l["q.example/priority"], CLASSES[queued.jobs[0].class].name);
         assert_eq!(l[CLASS_LABEL], CLASSES[queued.jobs[0].class].name);
+        Ok(())
+    }
+
+    #[test]
+    fn one_large_class_has_three_large_queues_among_small_ones() -> Result<()> {
+        let shape = super::named("one-large-class", "15k", None, None, None)?;
+        assert_eq!(shape.parents.len(), 1);
+        assert_eq!(shape.leaves.len(), 30);
+        let large: Vec<_> = shape.leaves.iter().filter(|l| l.counts[2] > 0).collect();
+        assert_eq!(large.len(), 3);
+        assert!(large.iter().all(|l| l.counts[0] == 0 && l.counts[1] == 0));
+        let jobs = shape.jobs.len();
+        assert!((14_900..=15_100).contains(&jobs), "{jobs} jobs");
+        // Every sequence lasts about as long: the last small job and the
+        // last large one are created within two seconds of each other.
+        let last = |c: usize| {
+            let n = shape.leaves.iter().map(|l| l.counts[c]).max().unwrap_or(0) as f64;
+            n * CLASSES[c].interval.as_secs_f64()
+        };
+        assert!((last(0) - last(2)).abs() < 2.0);
+        assert!(
+            shape
+                .jobs
+                .iter()
+                .filter(|j| j.class == 2)
+                .all(|j| j.cpu == super::ONE_LARGE_CPU)
+        );
+        assert!(super::named("one-large-class", "15k", None, Some(4), None).is_err());
+        assert!(super::named("other", "15k", None, None, None).is_err());
         Ok(())
     }
 

@@ -141,6 +141,14 @@ pub struct RunStats {
     /// Jobs submitted while a job of their namespace and name existed
     /// (refused, as the API would).
     pub refused: u64,
+    /// Time in which work waited (a unit in its queue or in backoff) while
+    /// the root held less than half its capacity of every limited resource
+    /// (ms): capacity idle while work waits (issue 44).
+    pub idle_waiting_ms: i64,
+    /// The whole seconds of the run (from its start) that had some of that.
+    pub idle_waiting_seconds: u64,
+    /// The most times one unit was sent back.
+    pub max_sent_back_of_one: u32,
 }
 
 /// A simulation: a core, its jobs and the calendar.
@@ -180,6 +188,12 @@ pub struct Simulation {
     stats: RunStats,
     /// Units waiting now.
     waiting: u64,
+    /// Units in backoff now.
+    backing_off: u64,
+    /// What the root holds now, by resource index (for idle time).
+    root_used: Vec<i64>,
+    /// The last second counted in `idle_waiting_seconds`.
+    last_idle_second: Option<i64>,
     /// Jobs added to be submitted that were not released yet and still may.
     unreleased: u64,
 }
@@ -236,6 +250,9 @@ impl Simulation {
             root_capacity,
             stats: RunStats::default(),
             waiting: 0,
+            backing_off: 0,
+            root_used: Vec::new(),
+            last_idle_second: None,
             unreleased: 0,
         }
     }
@@ -393,6 +410,52 @@ impl Simulation {
         if let Some(usage) = self.usage.as_mut() {
             usage.change(quota, &self.scratch, sign, self.now);
         }
+        if self.root_used.len() < self.resources.len() {
+            self.root_used.resize(self.resources.len(), 0);
+        }
+        for &(r, amount) in &self.scratch {
+            self.root_used[r] = self.root_used[r].saturating_add(sign.saturating_mul(amount));
+        }
+    }
+
+    /// Whether the root holds less than half its capacity of every resource
+    /// it limits (`false` when the capacity is unknown or unlimited).
+    fn root_under_half(&self) -> bool {
+        let Some(RootCapacity::Limited(cap)) = &self.root_capacity else {
+            return false;
+        };
+        let mut limited = false;
+        for (r, name) in self.resources.iter().enumerate() {
+            let c = cap.get(name);
+            if !cap.contains(name) || c <= 0 {
+                continue;
+            }
+            limited = true;
+            let used = self.root_used.get(r).copied().unwrap_or(0);
+            if used.saturating_mul(2) >= c {
+                return false;
+            }
+        }
+        limited
+    }
+
+    /// Counts `[self.now, to)` as idle time if work waits meanwhile while
+    /// the root runs under half its capacity.
+    fn count_idle(&mut self, to: i64) {
+        if to <= self.now || self.waiting + self.backing_off == 0 || !self.root_under_half() {
+            return;
+        }
+        self.stats.idle_waiting_ms = self.stats.idle_waiting_ms.saturating_add(to - self.now);
+        let first = (self.now - self.start_ms) / 1000;
+        let last = (to - 1 - self.start_ms) / 1000;
+        let from = match self.last_idle_second {
+            Some(s) if s >= first => s + 1,
+            _ => first,
+        };
+        if last >= from {
+            self.stats.idle_waiting_seconds += u64::try_from(last - from + 1).unwrap_or(0);
+            self.last_idle_second = Some(last);
+        }
     }
 
     /// Runs until nothing is left to happen, or until `until_ms`.
@@ -413,11 +476,18 @@ impl Simulation {
             && let Some((at, kind)) = self.calendar.pop_until(until_ms)
         {
             // What was due before the start happens at the start, in order.
+            self.count_idle(at);
             self.now = at.max(self.start_ms);
             self.stats.events += 1;
             self.handle(kind);
         }
         self.stats.end_ms = self.now;
+        self.stats.max_sent_back_of_one = self
+            .outcomes
+            .iter()
+            .map(UnitOutcome::sent_back)
+            .max()
+            .unwrap_or(0);
         self.stats
     }
 

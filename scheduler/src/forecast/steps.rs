@@ -30,7 +30,10 @@ impl Simulation {
     pub(super) fn handle(&mut self, kind: Kind) {
         match kind {
             Kind::Arrive(i) => self.enqueue(i),
-            Kind::Requeue(i) if self.phase[i as usize] == Phase::Backoff => self.enqueue(i),
+            Kind::Requeue(i) if self.phase[i as usize] == Phase::Backoff => {
+                self.backing_off = self.backing_off.saturating_sub(1);
+                self.enqueue(i);
+            }
             Kind::Finish(i, g) if self.holds(i, g) => {
                 self.outcomes[i as usize].end_ms = Some(self.now - self.settings.latency.free_ms);
                 self.phase[i as usize] = Phase::Done;
@@ -100,6 +103,7 @@ impl Simulation {
         let idx = i as usize;
         self.generation[idx] += 1;
         self.phase[idx] = Phase::Backoff;
+        self.backing_off += 1;
         self.leave(i, false);
         let count = self.requeues[idx].saturating_add(1);
         self.requeues[idx] = count;

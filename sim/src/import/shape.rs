@@ -2,7 +2,7 @@
 //! creates (`bench-e2e`, its `create_paced` arrival schedule) and the quota
 //! tree it sets up (`phase/prepare.rs`), from the one [`Shape`].
 
-use koord_queue_api::Resources;
+use koord_queue_api::{Resources, keys};
 use serde_json::Value;
 
 use super::objects::{QuotaSpec, config};
@@ -31,7 +31,7 @@ pub fn trace(shape: &Shape) -> Vec<TraceJob> {
                 priority_class: Some(class.name.to_string()),
                 submit_ms: (seq + 1).saturating_mul(interval),
                 runtime_ms: i64::try_from(job.runtime.as_millis()).unwrap_or(i64::MAX),
-                run_bound_seconds: shape.run_bound_seconds(class),
+                run_bound_seconds: shape.job_run_bound_seconds(job),
                 pod_sets: vec![TracePodSet {
                     name: Some("main".into()),
                     count: 1,
@@ -58,8 +58,10 @@ fn cpu(cores: u32) -> Resources {
 /// mins), each leaf (min 20, max 120 CPU, serving its namespace), the root
 /// capacity in the configuration. `capacity_factor` scales the parents and
 /// the root (1: the benchmark's; the shape's stream asks about 18 % more
-/// than its parents hold, so its backlog grows all run long).
-pub fn objects(shape: &Shape, capacity_factor: f64) -> Vec<Value> {
+/// than its parents hold, so its backlog grows all run long). With
+/// `queue_spec`, each leaf's Queue too: `Priority`, merged with it (as
+/// `bench-e2e --queue-spec` creates them).
+pub fn objects(shape: &Shape, capacity_factor: f64, queue_spec: Option<&Value>) -> Vec<Value> {
     let scaled = |cores: u32| {
         let mut r = Resources::new();
         // A factor near 1: the product is far within range.
@@ -95,6 +97,20 @@ pub fn objects(shape: &Shape, capacity_factor: f64) -> Vec<Value> {
             .to_object(),
         );
     }
+    if let Some(extra) = queue_spec {
+        for leaf in &shape.leaves {
+            let mut spec = serde_json::json!({ "queuePolicy": "Priority" });
+            if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+                spec.extend(extra.clone());
+            }
+            docs.push(serde_json::json!({
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "Queue",
+                "metadata": { "name": leaf.name, "namespace": keys::SYSTEM_NAMESPACE },
+                "spec": spec,
+            }));
+        }
+    }
     docs
 }
 
@@ -122,7 +138,7 @@ mod tests {
             .unwrap();
         assert_eq!((large.submit_ms, large.priority), (2_400, Some(200)));
         assert!(t.windows(2).all(|w| w[0].submit_ms <= w[1].submit_ms));
-        let cluster = Cluster::from_yaml(&[to_yaml(&objects(&shape, 1.0)).unwrap()]).unwrap();
+        let cluster = Cluster::from_yaml(&[to_yaml(&objects(&shape, 1.0, None)).unwrap()]).unwrap();
         assert_eq!(cluster.quotas.len(), 35);
         // Every leaf has its queue; the run releases everything.
         assert_eq!(cluster.queues.len(), 35);

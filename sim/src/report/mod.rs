@@ -85,6 +85,17 @@ pub struct Summary {
     pub peak_waiting: u64,
     /// Jobs refused: submitted while a job of their name existed.
     pub refused: u64,
+    /// Time in which work waited (in its queue or in backoff) while the
+    /// root held less than half its capacity (s).
+    #[serde(default)]
+    pub idle_while_waiting_s: f64,
+    /// The whole seconds of the run that had some of that.
+    #[serde(default)]
+    pub idle_while_waiting_seconds: u64,
+    /// The most times one unit was sent back (reclaimed, preempted or
+    /// reclaimed for fair sharing).
+    #[serde(default)]
+    pub max_sent_back_of_one: u32,
     /// The seed of the backoff jitter.
     pub seed: u64,
 }
@@ -248,6 +259,9 @@ pub fn build(sim: &mut Simulation, cluster: &Cluster, run: RunStats, seed: u64) 
         events: run.events,
         peak_waiting: run.peak_waiting,
         refused: run.refused,
+        idle_while_waiting_s: run.idle_waiting_ms as f64 / 1000.0,
+        idle_while_waiting_seconds: run.idle_waiting_seconds,
+        max_sent_back_of_one: run.max_sent_back_of_one,
         seed,
     };
     let resources: Vec<String> = sim.resources().to_vec();

@@ -51,7 +51,7 @@ use koord_queue_bench::floor::FloorWrites;
 use koord_queue_bench::phase::{PhaseConfig, PhaseKind};
 use koord_queue_bench::runner::RuntimeOptions;
 use koord_queue_bench::scheduler_settings::SchedulerOptions;
-use koord_queue_bench::shape::{Shape, parse_scale};
+use koord_queue_bench::shape;
 use koord_queue_runtime::parse_duration;
 use serde_json::json;
 
@@ -68,6 +68,11 @@ struct Cli {
     /// (Kueue's large scale: 1,000 queues in 10 cohorts), or a job count.
     #[arg(long, default_value = "15k")]
     scale: String,
+    /// The shape: `baseline` (Kueue's: each queue small, medium and large
+    /// jobs) or `one-large-class` (issue 44: three queues of large jobs
+    /// among 27 of small ones under one parent).
+    #[arg(long, default_value = "baseline")]
+    shape: String,
     /// Override the number of jobs of the scale.
     #[arg(long)]
     jobs: Option<usize>,
@@ -226,15 +231,9 @@ async fn run(cli: &Cli) -> Result<bool> {
     if alone("fairness")? {
         return fairness_mode::run(cli).await;
     }
-    let (jobs, queues, cohorts) = parse_scale(&cli.scale)?;
     let shape = Arc::new(
-        Shape::new(
-            &cli.scale,
-            cli.jobs.unwrap_or(jobs),
-            cli.queues.unwrap_or(queues),
-            cli.cohorts.unwrap_or(cohorts),
-        )?
-        .with_run_bounds(cli.run_bound_factor),
+        shape::named(&cli.shape, &cli.scale, cli.jobs, cli.queues, cli.cohorts)?
+            .with_run_bounds(cli.run_bound_factor),
     );
     if alone("kueue")? {
         return kueue_mode::run(cli, shape).await;

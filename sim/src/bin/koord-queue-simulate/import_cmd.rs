@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use koord_queue_sim::import::objects::to_yaml;
 use koord_queue_sim::import::shape;
 use koord_queue_sim::import::swf::{QuotaBy, SwfOptions, objects, read_swf};
-use koord_queue_sim::shape::{Shape, parse_scale};
+use koord_queue_sim::shape::named;
 use koord_queue_sim::trace::write_trace;
 
 /// The sources.
@@ -26,6 +26,15 @@ pub struct ShapeArgs {
     /// number of jobs, as `bench-e2e --scale`.
     #[arg(long, default_value = "15k")]
     scale: String,
+    /// `baseline` (Kueue's) or `one-large-class` (three queues of large
+    /// jobs among 27 of small ones under one parent), as `bench-e2e --shape`.
+    #[arg(long, default_value = "baseline")]
+    shape: String,
+    /// Merged into the spec of every leaf's Queue, written with the objects
+    /// (`bench-e2e --queue-spec`), e.g.
+    /// `{"reserveHead":{"abovePriority":150},"preemption":{"withinQuota":"LowerPriority"}}`.
+    #[arg(long)]
+    queue_spec: Option<String>,
     /// Each job's run bound is its class's runtime times this
     /// (`bench-e2e --run-bound-factor`).
     #[arg(long)]
@@ -90,16 +99,23 @@ pub fn run(import: Import) -> Result<()> {
 }
 
 fn shape(args: &ShapeArgs) -> Result<()> {
-    let (jobs, queues, cohorts) = parse_scale(&args.scale)?;
     let shape =
-        Shape::new(&args.scale, jobs, queues, cohorts)?.with_run_bounds(args.run_bound_factor);
+        named(&args.shape, &args.scale, None, None, None)?.with_run_bounds(args.run_bound_factor);
+    let queue_spec = match &args.queue_spec {
+        Some(text) => Some(serde_json::from_str::<serde_json::Value>(text)?),
+        None => None,
+    };
     let jobs = shape::trace(&shape);
     write_trace(create(&args.out)?, &jobs)?;
     eprintln!("{} jobs written to {}", jobs.len(), args.out.display());
     if let Some(path) = &args.objects_out {
         std::fs::write(
             path,
-            to_yaml(&shape::objects(&shape, args.capacity_factor))?,
+            to_yaml(&shape::objects(
+                &shape,
+                args.capacity_factor,
+                queue_spec.as_ref(),
+            ))?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
