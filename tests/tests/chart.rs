@@ -1402,3 +1402,103 @@ async fn the_certificate_bootstrap_identity_is_narrow() {
     .await
     .unwrap();
 }
+
+/// The objects of component `component` among `docs`.
+fn of_component<'a>(docs: &'a [Value], component: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == json!(component))
+        .collect()
+}
+
+#[test]
+fn the_dashboard_is_off_by_default_and_has_no_rights_of_its_own() {
+    assert!(of_component(&render(&[]), "dashboard").is_empty());
+
+    let docs = render(&["--set", "dashboard.enable=true"]);
+    let mut kinds: Vec<&str> = of_component(&docs, "dashboard")
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["Deployment", "Service", "ServiceAccount"]);
+    let name = "koord-queue-dashboard";
+    let sa = find(&docs, "ServiceAccount", name);
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    // Bound to nothing: no binding in the chart names its ServiceAccount.
+    for binding in docs
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
+    {
+        for subject in binding["subjects"].as_array().into_iter().flatten() {
+            assert_ne!(subject["name"], json!(name), "{binding}");
+        }
+    }
+    let deployment = find(&docs, "Deployment", name);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], json!(name));
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let args = args_of(deployment);
+    for expected in [
+        "--addr=0.0.0.0:8080",
+        "--server=https://kubernetes.default.svc",
+        "--ca-file=/etc/koord-queue/kube-ca/ca.crt",
+        "--refresh=5s",
+        "--session-lifetime=8h",
+    ] {
+        assert!(
+            args.iter().any(|a| a == expected),
+            "{expected} not in {args:?}"
+        );
+    }
+    assert!(!args.iter().any(|a| a == "--proxy-auth"), "{args:?}");
+    // The cluster CA every namespace has, and nothing secret.
+    assert_eq!(
+        pod["volumes"],
+        json!([{ "name": "kube-ca", "configMap": { "name": "kube-root-ca.crt" } }])
+    );
+    assert_eq!(
+        pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    let service = find(&docs, "Service", name);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    assert!(service["spec"].get("sessionAffinity").is_none());
+
+    // Behind a proxy, over HTTPS, two replicas: the flags, and a Service
+    // that keeps a browser on the replica holding its session.
+    let docs = render(&[
+        "--set",
+        "dashboard.enable=true",
+        "--set",
+        "dashboard.proxyAuth=true",
+        "--set",
+        "dashboard.secureCookie=true",
+        "--set",
+        "dashboard.replicas=2",
+    ]);
+    let args = args_of(find(&docs, "Deployment", name));
+    assert!(args.iter().any(|a| a == "--proxy-auth"), "{args:?}");
+    assert!(args.iter().any(|a| a == "--secure-cookie"), "{args:?}");
+    assert_eq!(
+        find(&docs, "Service", name)["spec"]["sessionAffinity"],
+        "ClientIP"
+    );
+
+    for (set, expect) in [
+        ("dashboard.refresh=soon", "at '/dashboard/refresh'"),
+        (
+            "dashboard.service.type=Internal",
+            "at '/dashboard/service/type'",
+        ),
+        (
+            "dashboard.tokens=yes",
+            "additional properties 'tokens' not allowed",
+        ),
+    ] {
+        let error = render_error(&["--set", set]);
+        assert!(
+            error.contains(expect),
+            "{set}: wanted {expect:?} in:\n{error}"
+        );
+    }
+}
