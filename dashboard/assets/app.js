@@ -30,6 +30,11 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// `parent`'s children become `children`, leaving out the absent ones.
+function put(parent, children) {
+  parent.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
@@ -213,8 +218,8 @@ const SKELETONS = {
         ].map(([l, val]) => el("div", { class: "card" }, el("div", { class: "label" }, l), el("div", { class: "value", "data-quota-figure": l }, val))) :
           [el("p", { class: "muted" }, "The quota of this queue is not visible to you.")]));
         const estimates = v.backlog.some((u) => u.estimatedStart);
-        head.replaceChildren(...["Position", "Unit", "Namespace", "Job", "Priority", "Requests", "Why it waits", "Waiting since"].map((h, i) => el("th", { class: i === 0 || i === 4 ? "num" : null }, h)),
-          estimates ? el("th", {}, "Estimated start") : null);
+        put(head, [...["Position", "Unit", "Namespace", "Job", "Priority", "Requests", "Why it waits", "Waiting since"].map((h, i) => el("th", { class: i === 0 || i === 4 ? "num" : null }, h)),
+          estimates ? el("th", {}, "Estimated start") : null]);
         backlog.replaceChildren(...(v.backlog.length ? v.backlog.map((u) => el("tr", { "data-row": `${u.metadata.namespace}/${u.metadata.name}` },
           el("td", { class: "num", "data-position": "" }, u.position != null ? u.position : "–"),
           el("td", {}, unitLink(u.metadata.namespace, u.metadata.name)),
@@ -267,12 +272,15 @@ const SKELETONS = {
         ];
         if (p.estimatedStart) rows.push(["Estimated start", when(p.estimatedStart), "estimate"]);
         facts.replaceChildren(...rows.flatMap(([k, val, key]) => [el("dt", {}, k), el("dd", { "data-fact": key }, val)]));
-        path.replaceChildren(...(v.quotaPath.length ? v.quotaPath.flatMap((q, i) => [
+        put(path, (v.quotaPath.length ? v.quotaPath.flatMap((q, i) => [
           i ? el("span", { "aria-hidden": "true" }, "→") : null,
           el("span", { class: "step", "data-path": q.name }, el("b", {}, q.name), ` used ${amounts(q.used)} of max ${amounts(q.max)}`),
         ]) : [el("span", { class: "muted" }, "The quota is not visible to you.")]));
-        timeline.replaceChildren(...v.timeline.map((s) => el("li", {}, el("b", {}, s.what), " ", when(s.time), el("div", { class: "muted" }, s.detail || ""))));
-        events.replaceChildren(...(v.events.length ? v.events.map((e) => el("tr", {}, el("td", {}, when(e.time)), el("td", {}, e.type || ""), el("td", {}, e.reason || ""), el("td", {}, e.object), el("td", {}, e.message || ""))) :
+        // In time order (the server's strings may differ in their fractions).
+        const steps = [...v.timeline].sort((a, b) => (Date.parse(a.time) || 0) - (Date.parse(b.time) || 0));
+        timeline.replaceChildren(...steps.map((s) => el("li", {}, el("b", {}, s.what), " ", when(s.time), el("div", { class: "muted" }, s.detail || ""))));
+        const evs = [...v.events].sort((a, b) => (Date.parse(a.time) || 0) - (Date.parse(b.time) || 0));
+        events.replaceChildren(...(evs.length ? evs.map((e) => el("tr", {}, el("td", {}, when(e.time)), el("td", {}, e.type || ""), el("td", {}, e.reason || ""), el("td", {}, e.object), el("td", {}, e.message || ""))) :
           [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "No Events."))]));
       },
     };

@@ -21,6 +21,18 @@ pub fn parse(map: &Value) -> Amounts {
         .unwrap_or_default()
 }
 
+/// A resource list of an object (a unit's requests) as text a person reads.
+pub fn show_list(
+    list: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Value {
+    show(
+        &list
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), parse_quantity(k, &v.0).ok()?)))
+            .collect(),
+    )
+}
+
 /// `a + b`, by resource.
 pub fn add(a: &mut Amounts, b: &Amounts) {
     for (k, v) in b {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, ClientBuilder};
 use serde_json::json;
 
 use crate::process::{Process, free_port};
@@ -109,34 +109,33 @@ impl Browser {
             .with_context(|| format!("opening {url}"))
     }
 
-    /// The text of the first element matching CSS `selector`.
+    /// The text of the first element matching CSS `selector` (read in one
+    /// script: a live page may redraw between two WebDriver calls).
     pub async fn text(&self, selector: &str) -> Result<String> {
-        let element = self
-            .client
-            .find(Locator::Css(selector))
-            .await
-            .with_context(|| format!("no element {selector}"))?;
-        Ok(element.text().await?)
+        let texts = self.texts(selector).await?;
+        texts
+            .into_iter()
+            .next()
+            .with_context(|| format!("no element {selector}"))
     }
 
     /// The texts of every element matching CSS `selector`, in page order.
     pub async fn texts(&self, selector: &str) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for element in self.client.find_all(Locator::Css(selector)).await? {
-            out.push(element.text().await?);
-        }
-        Ok(out)
+        let script = format!(
+            "return [...document.querySelectorAll({})].map(e => e.innerText.trim())",
+            serde_json::to_string(selector)?
+        );
+        Ok(serde_json::from_value(self.eval(&script).await?)?)
     }
 
-    /// Attribute `attribute` of every element matching `selector`.
+    /// Attribute `attribute` of every element matching `selector` that has it.
     pub async fn attributes(&self, selector: &str, attribute: &str) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for element in self.client.find_all(Locator::Css(selector)).await? {
-            if let Some(value) = element.attr(attribute).await? {
-                out.push(value);
-            }
-        }
-        Ok(out)
+        let script = format!(
+            "return [...document.querySelectorAll({})].map(e => e.getAttribute({})).filter(a => a !== null)",
+            serde_json::to_string(selector)?,
+            serde_json::to_string(attribute)?
+        );
+        Ok(serde_json::from_value(self.eval(&script).await?)?)
     }
 
     /// Runs `script` in the page and returns its value.

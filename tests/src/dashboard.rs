@@ -18,8 +18,16 @@ use crate::ControlPlane;
 /// The demo administrator's ServiceAccount (in the system namespace).
 pub const ADMIN: &str = "dashboard-admin";
 
-/// Starts the dashboard against `cp`, re-reading live pages every `refresh`.
+/// Starts the dashboard against `cp`, re-reading live pages every `refresh`,
+/// on the binary-long runtime (it serves the tests that follow the first).
 pub async fn start(cp: &ControlPlane, refresh: Duration) -> Result<koord_queue_dashboard::Running> {
+    let args = args(cp, refresh)?;
+    crate::background::run(async move { koord_queue_dashboard::serve(&args).await }).await?
+}
+
+/// The dashboard's settings against `cp`: 127.0.0.1 on a free port, the
+/// control plane's API server and CA.
+pub fn args(cp: &ControlPlane, refresh: Duration) -> Result<koord_queue_dashboard::Args> {
     use clap::Parser as _;
     let ca = cp.dir().join("dashboard-ca.pem");
     std::fs::write(&ca, cp.pki().ca.cert_pem())?;
@@ -28,7 +36,7 @@ pub async fn start(cp: &ControlPlane, refresh: Duration) -> Result<koord_queue_d
     args.server = Some(cp.server().to_string());
     args.ca_file = Some(ca);
     args.refresh = refresh;
-    koord_queue_dashboard::serve(&args).await
+    Ok(args)
 }
 
 /// A token of the demo administrator (a ServiceAccount bound to

@@ -8,12 +8,14 @@
 //! `<target>/tmp/dashboard-screenshots/` (docs/dashboard.md's come from there).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use koord_queue_api::queue_unit::QueueUnitPhase::{Enqueued, Running};
 use koord_queue_api::{Queue, keys};
+use koord_queue_model::parse_quantity;
 use koord_queue_tests::browser::Browser;
 use koord_queue_tests::e2e::{self, job_yaml, kubectl_create_job, wait_phase};
 use koord_queue_tests::visibility::{self, get, names, namespace_path, queue_path};
@@ -160,6 +162,23 @@ async fn jobs(cp: &ControlPlane, ns: &str, quota: &str, jobs: &[(&str, &str)]) -
     units
 }
 
+/// A quantity map of the API (`{"cpu": "1", "memory": "64Mi"}`) as integers.
+fn quantities(map: &Value) -> BTreeMap<String, i64> {
+    map.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), parse_quantity(k, v.as_str().unwrap()).unwrap()))
+        .collect()
+}
+
+/// The page's text of a quantity map (`cpu 1, memory 64Mi`) as integers.
+fn shown_quantities(text: &str) -> BTreeMap<String, i64> {
+    text.split(", ")
+        .filter_map(|pair| pair.split_once(' '))
+        .map(|(k, v)| (k.to_string(), parse_quantity(k, v).unwrap_or(i64::MIN)))
+        .collect()
+}
+
 /// How many units wait in `path`'s list, as the API counts them.
 fn count(list: &Value) -> u64 {
     list["items"].as_array().map_or(0, |i| i.len() as u64)
@@ -175,13 +194,7 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
         .await
         .unwrap();
     let (quota, ns, _) = tenant_quota(cp, "dash", Some(&parent)).await;
-    let units = jobs(
-        cp,
-        &ns,
-        &quota,
-        &[("j1", "20s"), ("j2", "1h"), ("j3", "1h")],
-    )
-    .await;
+    let units = jobs(cp, &ns, &quota, &[("j1", "1h"), ("j2", "1h"), ("j3", "1h")]).await;
     wait_phase(&admin, &ns, "j1", &[Running], LONG)
         .await
         .unwrap();
@@ -225,17 +238,30 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
     assert_eq!(mine["used"]["cpu"], "1", "{mine}");
     assert_eq!(mine["pending"], 2, "{mine}");
     let node = format!("[data-quota='{parent}'] [data-quota='{quota}']");
+    let (used, max) = (quantities(&mine["used"]), quantities(&mine["max"]));
     b.until(
         LONG,
         "the quota under its parent with the API's figures",
         || async {
-            Ok(b.text(&format!("{node} [data-fig=used]")).await? == "cpu 1"
-                && b.text(&format!("{node} [data-fig=max]")).await? == "cpu 1"
-                && b.text(&format!("{node} [data-fig=pending]")).await? == "2 waiting")
+            let shown = (
+                shown_quantities(&b.text(&format!("{node} [data-fig=used]")).await?),
+                shown_quantities(&b.text(&format!("{node} [data-fig=max]")).await?),
+                b.text(&format!("{node} [data-fig=pending]")).await?,
+            );
+            anyhow::ensure!(
+                shown == (used.clone(), max.clone(), "2 waiting".to_string()),
+                "shown: {shown:?}, the API: {mine}"
+            );
+            Ok(true)
         },
     )
     .await
     .unwrap();
+    let updates = b
+        .eval("return document.body.dataset.updates")
+        .await
+        .unwrap();
+    println!("overview pushes so far: {updates}");
     let busiest = b.attributes("[data-busy]", "data-busy").await.unwrap();
     // The other suites of this binary make quotas with one waiting unit at most.
     assert_eq!(busiest.first(), Some(&quota), "{busiest:?}");
@@ -286,10 +312,13 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
     assert!(timeline.contains("Created"), "{timeline}");
     b.screenshot(&screenshot_path("unit")).await.unwrap();
 
-    // Live: the first job ends, the second is released; the open Queue page
+    // Live: the first job is deleted, the second is released; the open Queue page
     // follows without a reload (a mark left in the page survives).
     open(&b, &format!("#/queue/{quota}"), "queue").await;
     b.eval("window.kqMark = 'kept'; return true").await.unwrap();
+    cp.kubectl(&["delete", "job", "j1", "-n", &ns, "--wait=false"])
+        .await
+        .unwrap();
     wait_phase(&admin, &ns, "j2", &[Running], LONG)
         .await
         .unwrap();

@@ -81,7 +81,7 @@ pub async fn build(viewer: &Viewer, name: &str, params: &ViewParams) -> Result<V
                 "job": u.spec.consumer_ref.name,
                 "phase": status.and_then(|s| s.phase).map(|p| p.as_str()),
                 "releasedAt": status.and_then(|s| s.last_allocate_time.as_ref()).map(|t| t.0.to_string()),
-                "requests": u.spec.resource.iter().map(|(k, v)| (k.clone(), Value::from(v.0.clone()))).collect::<serde_json::Map<_, _>>(),
+                "requests": crate::amounts::show_list(&u.spec.resource),
             })
         })
         .collect();

@@ -71,7 +71,7 @@ pub async fn build(viewer: &Viewer, namespace: &str, name: &str) -> Result<Value
         "phase": phase.map(|p| p.as_str()),
         "message": unit.status.as_ref().and_then(|s| s.message.clone()),
         "priority": unit.spec.effective_priority(),
-        "requests": unit.spec.resource.iter().map(|(k, v)| (k.clone(), Value::from(v.0.clone()))).collect::<serde_json::Map<_, _>>(),
+        "requests": crate::amounts::show_list(&unit.spec.resource),
         "pending": pending,
         "quotaPath": path,
         "timeline": timeline(&unit, &events),
