@@ -75,9 +75,12 @@ pub fn simulate_stream(
     settings: Settings,
 ) -> Result<Report, SimError> {
     let seed = settings.seed;
+    let start_latency_ms = settings.latency.start_ms;
     let mut sim = prepare(cluster, trace, settings)?;
     let run = sim.run(None);
-    Ok(report::build(&mut sim, cluster, run, seed))
+    let mut report = report::build(&mut sim, cluster, run, seed);
+    report.fidelity = report::fidelity::of(&sim, start_latency_ms);
+    Ok(report)
 }
 
 /// [`simulate_stream`] of jobs in memory.

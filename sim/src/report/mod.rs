@@ -7,6 +7,7 @@
 pub mod compare;
 mod dist;
 mod fair;
+pub mod fidelity;
 pub mod html;
 mod svg;
 
@@ -21,6 +22,7 @@ use crate::engine::{RunStats, Simulation, UnitOutcome, UsageSeries};
 use crate::job::Job;
 pub use dist::Dist;
 pub use fair::{FairShare, FairShareGroup};
+pub use fidelity::Fidelity;
 
 /// The whole report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -41,6 +43,9 @@ pub struct Report {
     pub fair_shares: Vec<FairShareGroup>,
     /// Objects ignored, and other remarks.
     pub notes: Vec<String>,
+    /// Simulated against real times to release, when the trace has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<Fidelity>,
 }
 
 /// A resource and the unit of its amounts in the report.
@@ -284,6 +289,7 @@ pub fn build(sim: &mut Simulation, cluster: &Cluster, run: RunStats, seed: u64) 
         usage,
         fair_shares,
         notes: cluster.notes.clone(),
+        fidelity: None,
     }
 }
 

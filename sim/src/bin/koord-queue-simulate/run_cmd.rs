@@ -179,6 +179,26 @@ fn text_summary(report: &Report, by: By) -> String {
             g.name, g.jobs, t.mean, t.p50, t.p90, t.p99
         );
     }
+    if let Some(f) = &report.fidelity {
+        let rho = |r: Option<f64>| r.map_or_else(|| "-".to_string(), |r| format!("{r:.3}"));
+        let _ = writeln!(
+            s,
+            "fidelity: {} jobs compared; release order Spearman {}, wait order {}",
+            f.jobs_compared,
+            rho(f.release_order_spearman),
+            rho(f.wait_order_spearman)
+        );
+        for c in f.by_class.iter().chain([&f.total]) {
+            let error = c
+                .relative_error
+                .map_or_else(|| "-".to_string(), |e| format!("{:+.1}%", e * 100.0));
+            let _ = writeln!(
+                s,
+                "  {:<22} mean time to release simulated {:>8.2} s, real {:>8.2} s ({error})",
+                c.name, c.simulated_mean_s, c.observed_mean_s
+            );
+        }
+    }
     s
 }
 

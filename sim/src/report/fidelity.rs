@@ -1,0 +1,296 @@
+//! Fidelity: how close the simulation came to what the real system did,
+//! when the trace says (`observed.release_ms`). Issue 40's measures: per
+//! priority class the simulated and the real mean time to release and their
+//! relative error (goal: within 15 %), and the rank correlation of the
+//! release order (goal: Spearman ≥ 0.9).
+//!
+//! A real release is when the job was seen to start (the benchmark's: its
+//! job seen unsuspended; SWF's: its start), which is after the scheduler's
+//! decision by the release write and the job's start. The simulated release
+//! compared with it is therefore the decision plus `--start-latency` (zero
+//! by default), the same step the simulation adds before the job runs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Simulation;
+
+/// The fidelity section of a report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fidelity {
+    /// Jobs with both a real and a simulated release (the rest are left out).
+    pub jobs_compared: usize,
+    /// Jobs with a real release the simulation never released.
+    pub simulated_never_released: usize,
+    /// Added to each simulated release before comparing (`--start-latency`).
+    pub start_latency_ms: i64,
+    /// Per priority class.
+    pub by_class: Vec<ClassFidelity>,
+    /// All compared jobs.
+    pub total: ClassFidelity,
+    /// Spearman's rank correlation of the simulated and the real release
+    /// times (the order in which jobs were released); `None` below two jobs
+    /// or when either side has one value only.
+    pub release_order_spearman: Option<f64>,
+    /// The same of the times to release (the order of the waits): stricter,
+    /// as the release order follows the submission order for the most part.
+    pub wait_order_spearman: Option<f64>,
+}
+
+/// One class's (or all jobs') mean times to release.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassFidelity {
+    /// The class.
+    pub name: String,
+    /// Jobs compared.
+    pub jobs: usize,
+    /// Mean simulated time to release (s), start latency included.
+    pub simulated_mean_s: f64,
+    /// Mean real time to release (s).
+    pub observed_mean_s: f64,
+    /// (simulated − real) / real; `None` when the real mean is 0.
+    pub relative_error: Option<f64>,
+}
+
+#[derive(Default)]
+struct Sums {
+    jobs: usize,
+    simulated_ms: i128,
+    observed_ms: i128,
+}
+
+impl Sums {
+    fn add(&mut self, simulated_ms: i64, observed_ms: i64) {
+        self.jobs += 1;
+        self.simulated_ms += i128::from(simulated_ms);
+        self.observed_ms += i128::from(observed_ms);
+    }
+
+    fn class(self, name: String) -> ClassFidelity {
+        let n = self.jobs.max(1) as f64;
+        let simulated = self.simulated_ms as f64 / n / 1000.0;
+        let observed = self.observed_ms as f64 / n / 1000.0;
+        ClassFidelity {
+            name,
+            jobs: self.jobs,
+            simulated_mean_s: simulated,
+            observed_mean_s: observed,
+            relative_error: (observed > 0.0).then(|| (simulated - observed) / observed),
+        }
+    }
+}
+
+/// The fidelity of a finished run whose trace had observed releases
+/// (`None` when none had), each simulated release taken `start_latency_ms`
+/// later (see the module's comment).
+pub fn of(sim: &Simulation, start_latency_ms: i64) -> Option<Fidelity> {
+    let mut by_class: BTreeMap<String, Sums> = BTreeMap::new();
+    let mut total = Sums::default();
+    let (mut simulated, mut observed) = (Vec::new(), Vec::new());
+    let (mut simulated_waits, mut observed_waits) = (Vec::new(), Vec::new());
+    let mut never = 0;
+    let mut any = false;
+    for (job, o) in sim.jobs().iter().zip(sim.outcomes()) {
+        let Some(real_wait) = job.observed_wait_ms else {
+            continue;
+        };
+        any = true;
+        let Some(release) = o.first_release_ms else {
+            never += 1;
+            continue;
+        };
+        let sim_wait = release + start_latency_ms - job.submit_ms;
+        by_class
+            .entry(job.class.to_string())
+            .or_default()
+            .add(sim_wait, real_wait);
+        total.add(sim_wait, real_wait);
+        simulated.push((release + start_latency_ms) as f64);
+        observed.push((job.submit_ms + real_wait) as f64);
+        simulated_waits.push(sim_wait as f64);
+        observed_waits.push(real_wait as f64);
+    }
+    if !any {
+        return None;
+    }
+    Some(Fidelity {
+        jobs_compared: total.jobs,
+        simulated_never_released: never,
+        start_latency_ms,
+        by_class: by_class
+            .into_iter()
+            .map(|(name, sums)| sums.class(name))
+            .collect(),
+        total: total.class("total".into()),
+        release_order_spearman: spearman(&simulated, &observed),
+        wait_order_spearman: spearman(&simulated_waits, &observed_waits),
+    })
+}
+
+/// Ranks of `values`, 1-based, ties given the mean of the ranks they span
+/// (the usual convention, so that Spearman's rho is Pearson's of ranks).
+fn ranks(values: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|a, b| values[*a].total_cmp(&values[*b]));
+    let mut out = vec![0.0; values.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && values[order[j + 1]] == values[order[i]] {
+            j += 1;
+        }
+        // Positions i..=j (0-based) share the mean rank.
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            out[k] = rank;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// Spearman's rank correlation of paired samples: Pearson's correlation of
+/// their ranks (ties averaged). `None` for fewer than two pairs, unequal
+/// lengths, or a side whose values are all equal (no order to compare).
+pub fn spearman(xs: &[f64], ys: &[f64]) -> Option<f64> {
+    if xs.len() != ys.len() || xs.len() < 2 {
+        return None;
+    }
+    let (rx, ry) = (ranks(xs), ranks(ys));
+    let n = rx.len() as f64;
+    let mean = (n + 1.0) / 2.0;
+    let (mut cov, mut vx, mut vy) = (0.0, 0.0, 0.0);
+    for (a, b) in rx.iter().zip(&ry) {
+        let (da, db) = (a - mean, b - mean);
+        cov += da * db;
+        vx += da * da;
+        vy += db * db;
+    }
+    (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::{ranks, spearman};
+
+    #[test]
+    fn ties_share_their_mean_rank() {
+        assert_eq!(ranks(&[10.0, 30.0, 20.0]), vec![1.0, 3.0, 2.0]);
+        assert_eq!(ranks(&[5.0, 1.0, 5.0, 7.0]), vec![2.5, 1.0, 2.5, 4.0]);
+    }
+
+    #[test]
+    fn spearman_of_known_orders() {
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0];
+        // Any increasing function: the same order.
+        let same = spearman(&x, &[1.0, 4.0, 9.0, 16.0, 100.0]).unwrap();
+        assert!((same - 1.0).abs() < 1e-12);
+        let reversed = spearman(&x, &[5.0, 4.0, 3.0, 2.0, 1.0]).unwrap();
+        assert!((reversed + 1.0).abs() < 1e-12);
+        // Two neighbours swapped among five: 1 - 6·Σd²/(n(n²-1)) = 1 - 12/120.
+        let swapped = spearman(&x, &[1.0, 3.0, 2.0, 4.0, 5.0]).unwrap();
+        assert!((swapped - 0.9).abs() < 1e-12, "{swapped}");
+        // Ties: Pearson of the averaged ranks (1,2,3,4) against (1.5,1.5,3,4).
+        let tied = spearman(&[1.0, 2.0, 3.0, 4.0], &[0.0, 0.0, 1.0, 2.0]).unwrap();
+        let expected = 4.5 / (5.0f64 * 4.5).sqrt();
+        assert!((tied - expected).abs() < 1e-12, "{tied} vs {expected}");
+    }
+
+    /// One quota of 2 CPU; three 2-CPU jobs of 10 s submitted together: the
+    /// simulation releases them at 0, 10 and 20 s (plus the 20 ms cycle
+    /// batch); the "real" system is told to have taken 1 s longer each, and
+    /// released the last two in the other order.
+    #[test]
+    fn fidelity_of_a_known_run() {
+        use crate::import::objects::{QuotaSpec, config, to_yaml};
+        use crate::trace::{Observed, Quantity, TraceJob, TracePodSet};
+        let mut two = koord_queue_api::Resources::new();
+        two.set("cpu", 2000);
+        let quota = QuotaSpec {
+            name: "a".into(),
+            min: two.clone(),
+            max: two.clone(),
+            namespaces: vec!["ns".into()],
+            ..QuotaSpec::default()
+        };
+        let yaml = to_yaml(&[config(Some(&two)), quota.to_object()]).unwrap();
+        let cluster = crate::cluster::Cluster::from_yaml(&[yaml]).unwrap();
+        let job = |name: &str, observed_release: Option<i64>| TraceJob {
+            name: Some(name.into()),
+            namespace: "ns".into(),
+            quota: Some("a".into()),
+            priority_class: Some(if name == "j0" { "x" } else { "y" }.into()),
+            priority: Some(0),
+            submit_ms: 0,
+            runtime_ms: 10_000,
+            pod_sets: vec![TracePodSet {
+                count: 1,
+                requests: [("cpu".to_string(), Quantity("2".into()))].into(),
+                ..TracePodSet::default()
+            }],
+            observed: observed_release.map(|r| Observed {
+                release_ms: Some(r),
+                finish_ms: None,
+            }),
+            ..TraceJob::default()
+        };
+        let trace = [
+            job("j0", Some(1_020)),
+            job("j1", Some(21_020)),
+            job("j2", Some(11_020)),
+        ];
+        let settings = crate::engine::Settings::default();
+        let report = crate::simulate(&cluster, &trace, settings.clone()).unwrap();
+        let f = report.fidelity.unwrap();
+        assert_eq!((f.jobs_compared, f.simulated_never_released), (3, 0));
+        assert_eq!(f.by_class.len(), 2);
+        let x = &f.by_class[0];
+        assert_eq!((x.name.as_str(), x.jobs), ("x", 1));
+        assert!((x.simulated_mean_s - 0.02).abs() < 1e-9, "{x:?}");
+        assert!((x.observed_mean_s - 1.02).abs() < 1e-9);
+        assert!((x.relative_error.unwrap() + 1.0 / 1.02).abs() < 1e-9);
+        // Simulated order 0, 1, 2 against the real 0, 2, 1: 1 - 6·2/(3·8).
+        assert!((f.release_order_spearman.unwrap() - 0.5).abs() < 1e-9);
+        // A start latency of 1 s: each release is compared 1 s later (the
+        // first one's now agrees), and each job holds its quota 1 s longer
+        // (releases at 0.02, 11.04, 22.06 s, compared at 1.02, 12.04, 23.06).
+        let late = crate::engine::Settings {
+            latency: crate::engine::Latency {
+                start_ms: 1_000,
+                ..crate::engine::Latency::default()
+            },
+            ..settings
+        };
+        let f = crate::simulate(&cluster, &trace, late)
+            .unwrap()
+            .fidelity
+            .unwrap();
+        assert_eq!(f.start_latency_ms, 1_000);
+        assert!(f.by_class[0].relative_error.unwrap().abs() < 1e-9);
+        assert!(
+            (f.total.simulated_mean_s - 12.04).abs() < 1e-9,
+            "{:?}",
+            f.total
+        );
+        // A trace without observed times has no fidelity section.
+        let bare: Vec<TraceJob> = trace
+            .iter()
+            .cloned()
+            .map(|mut j| {
+                j.observed = None;
+                j
+            })
+            .collect();
+        let none = crate::simulate(&cluster, &bare, crate::engine::Settings::default()).unwrap();
+        assert!(none.fidelity.is_none());
+    }
+
+    #[test]
+    fn no_order_no_correlation() {
+        assert_eq!(spearman(&[1.0], &[1.0]), None);
+        assert_eq!(spearman(&[1.0, 2.0], &[3.0, 3.0]), None);
+        assert_eq!(spearman(&[1.0, 2.0], &[1.0]), None);
+    }
+}
