@@ -4,6 +4,7 @@
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
+use crate::history::History;
 use crate::types::{
     API_VERSION, GROUP, PendingUnit, PendingUnitList, QuotaUsage, QuotaUsageList, VERSION,
 };
@@ -18,8 +19,9 @@ struct Resource {
 
 /// The resources: a namespace's waiting units (`pendingunits`, every
 /// namespace's with `-A`), a Queue's backlog (`queues/pendingunits`, in the
-/// system namespace), the quotas serving a namespace (`quotausages`).
-const RESOURCES: [Resource; 3] = [
+/// system namespace), the quotas serving a namespace (`quotausages`), their
+/// history (`histories`).
+const RESOURCES: [Resource; 4] = [
     Resource {
         name: "pendingunits",
         kind: "PendingUnit",
@@ -37,6 +39,12 @@ const RESOURCES: [Resource; 3] = [
         kind: "QuotaUsage",
         verbs: &["list"],
         short_names: &["qusage"],
+    },
+    Resource {
+        name: "histories",
+        kind: "History",
+        verbs: &["list"],
+        short_names: &[],
     },
 ];
 
@@ -101,6 +109,7 @@ fn definitions(prefix: &str) -> Value {
     schema_of::<PendingUnitList>("PendingUnitList", "PendingUnitList", &mut defs);
     schema_of::<QuotaUsage>("QuotaUsage", "QuotaUsage", &mut defs);
     schema_of::<QuotaUsageList>("QuotaUsageList", "QuotaUsageList", &mut defs);
+    schema_of::<History>("History", "History", &mut defs);
     let text = Value::Object(defs)
         .to_string()
         .replace("\"#/$defs/", &format!("\"{prefix}{GROUP}.{VERSION}."));
@@ -130,6 +139,8 @@ fn paths(reference: impl Fn(&str) -> Value) -> Value {
         format!("{base}/namespaces/{{namespace}}/queues/{{name}}/pendingunits"): ok("PendingUnitList", "A Queue's backlog in serving order."),
         format!("{base}/quotausages"): ok("QuotaUsageList", "Every ElasticQuota's figures, parents first."),
         format!("{base}/namespaces/{{namespace}}/quotausages"): ok("QuotaUsageList", "The quotas serving a namespace and their ancestors."),
+        format!("{base}/histories"): ok("History", "The scheduler's samples of the last hours: every quota and queue."),
+        format!("{base}/namespaces/{{namespace}}/histories"): ok("History", "The samples of the quotas serving a namespace, their ancestors and their queues."),
     })
 }
 
@@ -193,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn discovery_lists_the_three_resources() {
+    fn discovery_lists_the_four_resources() {
         let list = resource_list();
         let names: Vec<&str> = list["resources"]
             .as_array()
@@ -203,7 +214,7 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["pendingunits", "queues/pendingunits", "quotausages"]
+            ["pendingunits", "queues/pendingunits", "quotausages", "histories"]
         );
         assert_eq!(
             group_list()["groups"][0]["preferredVersion"]["groupVersion"],

@@ -8,12 +8,13 @@
 //! SubjectAccessReview (`authz.rs`), so RBAC decides who sees what. The
 //! scheduler serves it: the answers come from the state it decides on,
 //! asked through a channel (`queries.rs`). `types.rs` is what it answers,
-//! `routes.rs` the paths, `discovery.rs` discovery and OpenAPI, `table.rs`
+//! `history.rs` the scheduler's bounded history, `routes.rs` the paths, `discovery.rs` discovery and OpenAPI, `table.rs`
 //! what `kubectl get` prints, `serve.rs` TLS.
 
 pub mod authn;
 pub mod authz;
 pub mod discovery;
+pub mod history;
 pub mod queries;
 pub mod routes;
 pub mod serve;

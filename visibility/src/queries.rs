@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::history::History;
 use crate::types::{PendingUnit, QuotaUsage};
 
 /// Which items of an answer: `limit` items after the first `offset`.
@@ -40,10 +41,12 @@ pub enum Ask {
     Queue(String),
     /// The quotas serving a namespace and their ancestors (`None`: all).
     Quotas(Option<String>),
+    /// The history of those quotas and their queues (`None`: of all).
+    History(Option<String>),
 }
 
-/// The answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The answer (not `Eq`: a history's percentiles are floats).
+#[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
     /// A page of waiting units and how many follow it.
     Units {
@@ -56,6 +59,8 @@ pub enum Answer {
     NoSuchQueue,
     /// Quotas.
     Quotas(Vec<QuotaUsage>),
+    /// The history.
+    History(History),
 }
 
 /// A question with the channel its answer goes back on.

@@ -63,7 +63,7 @@ pub struct ApiState {
     pub system_namespace: Arc<str>,
 }
 
-/// The router of the API (discovery, OpenAPI and the five read paths).
+/// The router of the API (discovery, OpenAPI and the seven read paths).
 pub fn router(state: ApiState) -> Router {
     let base = format!("/apis/{API_VERSION}");
     Router::new()
@@ -98,6 +98,11 @@ pub fn router(state: ApiState) -> Router {
         .route(
             &format!("{base}/namespaces/{{namespace}}/quotausages"),
             get(namespace_quotas),
+        )
+        .route(&format!("{base}/histories"), get(all_history))
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/histories"),
+            get(namespace_history),
         )
         .fallback(|| async {
             status(
@@ -260,6 +265,8 @@ async fn answer(
                 Json(list).into_response()
             }
         }
+        // One object: a history is not paged.
+        Ok(Answer::History(history)) => Json(history).into_response(),
         Ok(Answer::NoSuchQueue) => status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -336,6 +343,26 @@ async fn namespace_quotas(
     answer(&state, &user, ask, &params, &headers).await
 }
 
+async fn all_history(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    answer(&state, &user, Ask::History(None), &params, &headers).await
+}
+
+async fn namespace_history(
+    State(state): State<ApiState>,
+    Extension(user): Extension<User>,
+    Path(namespace): Path<String>,
+    Query(params): Query<ListParams>,
+    headers: HeaderMap,
+) -> Response {
+    let ask = Ask::History(Some(namespace));
+    answer(&state, &user, ask, &params, &headers).await
+}
+
 /// What asking `ask` is in RBAC's terms: what the SubjectAccessReview
 /// asks about the user (a Queue's backlog is a subresource of the Queue,
 /// in the system namespace).
@@ -350,6 +377,8 @@ fn attributes(ask: &Ask, system_namespace: &str) -> Attributes {
     match ask {
         Ask::Namespace(namespace) => list("pendingunits", namespace),
         Ask::Quotas(namespace) => list("quotausages", namespace),
+        // The same rights as the quotas it is the history of.
+        Ask::History(namespace) => list("histories", namespace),
         Ask::Queue(name) => Attributes {
             verb: "get",
             resource: "queues",

@@ -7,6 +7,7 @@ mod decide;
 mod estimates;
 mod failing;
 mod groups;
+mod history;
 mod inputs;
 mod lifecycle;
 mod pending;
@@ -126,6 +127,8 @@ pub struct Controller {
     groups: groups::Groups,
     /// Start-time estimates (see `estimates.rs`).
     estimates: estimates::EstimateState,
+    /// The bounded history the visibility API serves (see `history.rs`).
+    history: history::History,
 }
 
 impl std::fmt::Debug for Controller {
@@ -182,6 +185,7 @@ impl Controller {
             failing_kinds: HashSet::new(),
             groups: groups::Groups::default(),
             estimates: estimates::EstimateState::new(settings_estimates),
+            history: history::History::default(),
         }
     }
 
@@ -199,6 +203,7 @@ impl Controller {
     /// decisions read (as the core's `Core::set_now`).
     fn set_now(&mut self, now: Now) {
         self.now = now;
+        self.sample_history();
     }
 
     /// Runs until `stop` resolves. Visibility `queries` are answered

@@ -65,6 +65,7 @@ impl Controller {
         let Query { ask, page, reply } = query;
         let answer = match ask {
             Ask::Quotas(namespace) => Answer::Quotas(self.quota_usage(namespace.as_deref())),
+            Ask::History(namespace) => Answer::History(self.history_answer(namespace.as_deref())),
             Ask::Queue(ref name) if !self.queue_known(name) => Answer::NoSuchQueue,
             ask => {
                 let generation = self.visibility.generation();
@@ -120,7 +121,7 @@ impl Controller {
                     }
                 }
             }
-            Ask::Quotas(_) => {}
+            Ask::Quotas(_) | Ask::History(_) => {}
         }
         let listed: HashSet<&str> = in_line.iter().map(|(k, _)| &**k).collect();
         let mut out: Vec<(&Key, &UnitState)> = self
@@ -133,7 +134,7 @@ impl Controller {
                         Ask::Namespace(ns) => {
                             ns.as_deref().is_none_or(|ns| &*st.rec.namespace == ns)
                         }
-                        Ask::Quotas(_) => false,
+                        Ask::Quotas(_) | Ask::History(_) => false,
                     }
                     && !listed.contains(&***k)
             })
@@ -278,7 +279,7 @@ impl Controller {
 
     /// The quotas serving `namespace` (its own, and those its units are
     /// charged to) with their ancestors, or every quota; parents first.
-    fn quota_usage(&self, namespace: Option<&str>) -> Vec<QuotaUsage> {
+    pub(super) fn quota_usage(&self, namespace: Option<&str>) -> Vec<QuotaUsage> {
         let mut names: BTreeSet<&str> = match namespace {
             None => self.quotas.keys().map(String::as_str).collect(),
             Some(ns) => self
@@ -366,7 +367,7 @@ impl Controller {
 
 impl Controller {
     /// How many quotas are on the path from quota `name` up to the root.
-    fn quota_depth(&self, name: &str) -> usize {
+    pub(super) fn quota_depth(&self, name: &str) -> usize {
         let mut depth = 0usize;
         let mut at = name;
         while let Some(q) = self.quotas.get(at) {

@@ -2,6 +2,7 @@
 
 use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, backoff};
 use super::decide::Intent;
+use super::history;
 use super::release_write::release;
 use super::{Controller, FIRST_CYCLE, Membership, core_step};
 use crate::controller::clock::Stopwatch;
@@ -76,6 +77,14 @@ impl Controller {
             core_step("cancel_reclaim", &k, self.core.cancel_reclaim(&k));
             return;
         }
+        // Counted for the history (`history.rs`) whatever the write's fate:
+        // the scheduler chose to send it back.
+        let how = match reclaim.kind {
+            crate::core::ReclaimKind::Preempted { .. } => history::SentBack::Preempted,
+            _ => history::SentBack::Reclaimed,
+        };
+        let queue = super::queue_of(&st.rec).to_string();
+        self.history.sent_back(&queue, how);
         let Some(view) = self.view(&k) else {
             return;
         };

@@ -224,6 +224,7 @@ impl Controller {
                     })
                     .inc();
                 self.metrics.dequeue_latency.observe(waited as f64 / 1000.0);
+                self.history.released(&queue, waited);
                 self.event(
                     &job,
                     false,

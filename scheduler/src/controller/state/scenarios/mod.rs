@@ -505,6 +505,7 @@ fn waiting_unit(s: &mut Scenario, name: &str, job: &str, cpu: &str) {
 
 mod faults;
 mod given;
+mod history;
 mod pending;
 mod preemption;
 mod quota_held;

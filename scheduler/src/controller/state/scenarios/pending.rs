@@ -16,7 +16,7 @@ use crate::controller::sources::{Change, Input};
 
 /// Unit `name` (2 cpu, quota `q`) of held job `name`, created `second`
 /// seconds into 2026, with `status`.
-fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
+pub(super) fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
     s.rv += 1;
     let created = format!("2026-01-01T00:00:{second:02}Z");
     let unit: QueueUnit = serde_json::from_value(json!({
@@ -47,7 +47,7 @@ fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
     ))));
 }
 
-fn ask(s: &mut Scenario, ask: Ask, page: Page) -> Answer {
+pub(super) fn ask(s: &mut Scenario, ask: Ask, page: Page) -> Answer {
     let (reply, answer) = oneshot::channel();
     s.controller.answer(Query { ask, page, reply });
     answer.blocking_recv().unwrap()
