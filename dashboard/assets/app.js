@@ -309,7 +309,8 @@ const SKELETONS = {
         const t = (s) => Date.parse(s.time);
         const quotaSeries = ["used", "min", "max"].map((f, i) => ({
           name: f, dash: i === 0 ? null : i === 1 ? "6 3" : "2 3",
-          points: samples.map((s) => { const q = (s.quotas || []).find((x) => x.name === chosen); return [t(s), q && q[f] && q[f][res] != null ? Number(q[f][res]) : null]; }),
+          // The history's amounts are integers: millicores for cpu.
+          points: samples.map((s) => { const q = (s.quotas || []).find((x) => x.name === chosen); return [t(s), q && q[f] && q[f][res] != null ? Number(q[f][res]) / (res === "cpu" ? 1000 : 1) : null]; }),
         }));
         const perQueue = (pick) => {
           const queues = [...new Set(samples.flatMap((s) => (s.queues || []).map((q) => q.name)))];

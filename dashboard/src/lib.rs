@@ -18,6 +18,7 @@ pub mod live;
 pub mod reads;
 pub mod routes;
 pub mod session;
+pub mod ticket;
 pub mod viewer;
 pub mod views;
 
@@ -74,10 +75,21 @@ pub struct Args {
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
+    tickets: ticket::Tickets,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Running {
+    /// A one-time sign-in link for `token` (`/signin/ticket/<code>`, valid
+    /// ten minutes): `make run` prints one for the demo administrator.
+    pub fn ticket(&self, token: &str) -> anyhow::Result<String> {
+        let code = self
+            .tickets
+            .issue(token)
+            .map_err(|e| anyhow::anyhow!("no randomness for a code: {e}"))?;
+        Ok(format!("http://{}/signin/ticket/{code}", self.addr))
+    }
+
     /// Waits until the server stops (an error of the listener).
     pub async fn wait(self) -> anyhow::Result<()> {
         self.task
@@ -105,7 +117,9 @@ pub async fn serve(args: &Args) -> anyhow::Result<Running> {
             .then(|| session::Sessions::new(Duration::from_secs(60), args.max_sessions)),
         refresh: args.refresh,
         secure_cookie: args.secure_cookie,
+        tickets: ticket::Tickets::default(),
     };
+    let tickets = state.tickets.clone();
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("binding {}", args.addr))?;
@@ -113,5 +127,9 @@ pub async fn serve(args: &Args) -> anyhow::Result<Running> {
     let app = routes::router(state);
     let task = tokio::spawn(async move { axum::serve(listener, app).await });
     tracing::info!(%addr, "dashboard serving");
-    Ok(Running { addr, task })
+    Ok(Running {
+        addr,
+        tickets,
+        task,
+    })
 }

@@ -34,6 +34,8 @@ pub struct AppState {
     pub refresh: Duration,
     /// Whether cookies are marked `Secure` (served behind HTTPS).
     pub secure_cookie: bool,
+    /// One-time sign-in codes made in-process.
+    pub tickets: crate::ticket::Tickets,
 }
 
 /// The router.
@@ -41,6 +43,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/signin", get(signin_page).post(signin))
+        .route("/signin/ticket/{code}", get(signin_ticket))
         .route("/signout", post(signout))
         .route(
             "/app.js",
@@ -218,8 +221,28 @@ struct SignIn {
     namespaces: String,
 }
 
+/// A one-time link: its token signs in as the form would.
+async fn signin_ticket(
+    State(state): State<AppState>,
+    axum::extract::Path(code): axum::extract::Path<String>,
+) -> Response {
+    match state.tickets.redeem(&code) {
+        Some(token) => open_session(&state, &token, String::new()).await,
+        None => asset_page(
+            StatusCode::UNAUTHORIZED,
+            "This sign-in link was used already or has expired: sign in with a token.",
+        ),
+    }
+}
+
 async fn signin(State(state): State<AppState>, Form(form): Form<SignIn>) -> Response {
-    let token = form.token.trim();
+    open_session(&state, &form.token, form.namespaces).await
+}
+
+/// Checks `token` with the API server and opens a session for its user
+/// (with `namespaces`, comma- or space-separated, to look into).
+async fn open_session(state: &AppState, token: &str, namespaces: String) -> Response {
+    let token = token.trim();
     if token.is_empty() {
         return asset_page(
             StatusCode::UNAUTHORIZED,
@@ -238,8 +261,7 @@ async fn signin(State(state): State<AppState>, Form(form): Form<SignIn>) -> Resp
         }
         Err(e) => return asset_page(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
-    let mut namespaces: Vec<String> = form
-        .namespaces
+    let mut namespaces: Vec<String> = namespaces
         .split([',', ' '])
         .map(str::trim)
         .filter(|s| !s.is_empty())

@@ -339,8 +339,48 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
     let (_, list) = get(&admin, &namespace_path(&ns)).await.unwrap();
     assert_eq!(names(&list), units[2..]);
 
-    // The history page draws the scheduler's samples.
+    // The history page draws the scheduler's samples: the quota's usage
+    // against its min and max as the API gives them, the queues' backlogs.
+    let (code, history) = get(&admin, "/apis/visibility.koord-queue.io/v1alpha1/histories")
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{history}");
+    let now = history["items"].as_array().unwrap().last().unwrap();
+    let sampled = now["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == json!(quota))
+        .unwrap();
+    assert_eq!(sampled["used"]["cpu"], 1000, "{sampled}");
+    assert_eq!(sampled["max"]["cpu"], 1000, "{sampled}");
     open(&b, "#/history", "history").await;
+    b.eval(&format!(
+        "const s = document.getElementById('history-quota'); s.value = {}; s.dispatchEvent(new Event('change')); return true",
+        json!(quota)
+    ))
+    .await
+    .unwrap();
+    assert!(
+        b.attributes("#history-quota option", "value")
+            .await
+            .unwrap()
+            .contains(&quota)
+    );
+    assert_eq!(
+        b.attributes("[data-chart=quota] svg path", "d")
+            .await
+            .unwrap()
+            .len(),
+        3,
+        "used, min and max"
+    );
+    assert!(
+        !b.attributes("[data-chart=pending] svg path", "d")
+            .await
+            .unwrap()
+            .is_empty()
+    );
     b.screenshot(&screenshot_path("history")).await.unwrap();
     b.close().await.unwrap();
 }
@@ -383,6 +423,15 @@ async fn a_tenant_sees_its_namespace_and_not_anothers() {
         b.text("[data-figure=capacity]").await.unwrap(),
         "not visible to you"
     );
+    // Its history: its quota's, no other's.
+    open(&b, "#/history", "history").await;
+    assert_eq!(
+        b.attributes("#history-quota option", "value")
+            .await
+            .unwrap(),
+        [mine.clone()]
+    );
+    open(&b, "#/", "overview").await;
     let source = b.client().source().await.unwrap();
     assert!(
         !source.contains(&theirs) && !source.contains(&other),
