@@ -23,8 +23,8 @@ function el(tag, attrs, ...children) {
     else if (k === "style") node.style.cssText = v;
     else node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined) continue;
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   return node;
@@ -38,7 +38,7 @@ function put(parent, children) {
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-  for (const c of children.flat()) if (c) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  for (const c of children.flat(Infinity)) if (c) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return node;
 }
 
@@ -398,7 +398,8 @@ function chart(title, series, unit, key) {
   const points = series.flatMap((s) => s.points.filter((p) => p[1] !== null && p[1] !== undefined));
   const box = el("div", { class: "chart", "data-chart": key }, el("h3", {}, title));
   if (!points.length) { box.append(el("p", { class: "muted" }, "No data.")); return box; }
-  const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
+  // The time axis spans every sample, with or without a value.
+  const xs = series.flatMap((s) => s.points.map((p) => p[0])).filter((x) => !Number.isNaN(x)), ys = points.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1), y1 = Math.max(...ys, 1) * 1.1;
   const X = (x) => L + (x - x0) / (x1 - x0) * (W - L - R), Y = (y) => H - B - y / y1 * (H - T - B);
   const fmt = (y) => (y >= 1e9 ? `${(y / 2 ** 30).toFixed(1)}Gi` : y >= 1e6 ? `${(y / 2 ** 20).toFixed(0)}Mi` : Number.isInteger(y) ? String(y) : y.toFixed(1));
@@ -416,9 +417,13 @@ function chart(title, series, unit, key) {
       d += `${pen ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`;
       pen = true;
     }
-    const attrs = { d, fill: "none", stroke: PALETTE[i % PALETTE.length], "stroke-width": 2 };
+    const colour = PALETTE[i % PALETTE.length];
+    const attrs = { d, fill: "none", stroke: colour, "stroke-width": 2 };
     if (s.dash) attrs["stroke-dasharray"] = s.dash;
-    return svg("path", attrs, svg("title", {}, s.name));
+    // Few samples (a young scheduler): each is marked, so that a lone point shows.
+    const shown = s.points.filter((p) => p[1] !== null && p[1] !== undefined);
+    const dots = shown.length <= 30 ? shown.map(([x, y]) => svg("circle", { cx: X(x).toFixed(1), cy: Y(y).toFixed(1), r: 3 + (series.length - i) * 0.8, fill: colour })) : [];
+    return [svg("path", attrs, svg("title", {}, s.name)), dots];
   });
   box.append(svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title }, grid, axis, lines),
     el("div", { class: "legend" }, series.map((s, i) => el("span", {}, el("i", { style: `border-color:${PALETTE[i % PALETTE.length]};border-top-style:${s.dash ? "dashed" : "solid"}` }), s.name))));
