@@ -1,7 +1,8 @@
 //! `make run` (the `local-run` binary): it prints the kubeconfig once
 //! everything is up; a job created with kubectl through that kubeconfig in
 //! the demo namespace is held, queued, released and completes on a kwok
-//! node; SIGTERM stops everything and leaves no etcd, kube-* or kwok process
+//! node; the printed dashboard link signs in once as the demo
+//! administrator; SIGTERM stops everything and leaves no etcd, kube-* or kwok process
 //! (nor the kubeconfig) behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,6 +48,22 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `GET path` of `addr` over plain HTTP/1.1 with `cookie`: the status line,
+/// the headers and the body, as text.
+async fn http_get(addr: &str, path: &str, cookie: Option<&str>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let cookie = cookie
+        .map(|c| format!("Cookie: {c}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{cookie}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
 #[tokio::test]
 async fn make_run_serves_a_queued_job_and_stops_cleanly_on_sigterm() {
     let scratch = tempfile::tempdir().unwrap();
@@ -69,11 +86,15 @@ async fn make_run_serves_a_queued_job_and_stops_cleanly_on_sigterm() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut kubeconfig: Option<PathBuf> = None;
     let mut workdir: Option<String> = None;
+    let mut dashboard: Option<String> = None;
     let banner = tokio::time::timeout(Duration::from_secs(240), async {
         let mut seen = Vec::new();
         while let Some(line) = lines.next_line().await.unwrap() {
             if let Some(path) = line.trim().strip_prefix("kubeconfig:") {
                 kubeconfig = Some(PathBuf::from(path.trim()));
+            }
+            if let Some(link) = line.trim().strip_prefix("Dashboard:") {
+                dashboard = Some(link.trim().to_string());
             }
             if let Some(dir) = line.trim().strip_prefix("logs:") {
                 workdir = Some(dir.trim().to_string());
@@ -111,6 +132,30 @@ async fn make_run_serves_a_queued_job_and_stops_cleanly_on_sigterm() {
             "{name} runs: {components:?}"
         );
     }
+
+    // The dashboard's link: a session of the demo administrator, once.
+    let link = dashboard.unwrap_or_else(|| panic!("no dashboard link in {banner:?}"));
+    let rest = link.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_at(rest.find('/').unwrap());
+    assert!(addr.starts_with("127.0.0.1:"), "{link}");
+    let answer = http_get(addr, path, None).await;
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {answer}"))
+        .to_string();
+    let me = http_get(addr, "/api/me", Some(&cookie)).await;
+    assert!(
+        me.contains("system:serviceaccount:koord-queue:dashboard-admin"),
+        "{me}"
+    );
+    let again = http_get(addr, path, None).await;
+    assert!(
+        again.starts_with("HTTP/1.1 401"),
+        "a link is spent on first use: {again}"
+    );
 
     // The printed example: a job in the demo namespace, held on creation
     // (the API server's answer already carries the webhook's mutation).

@@ -11,6 +11,9 @@
 //! namespace (opted in, default queue `team-a`) and two ElasticQuotas, writes
 //! the admin kubeconfig to `.local/kubeconfig` and prints how to use it. Runs
 //! until Ctrl-C or SIGTERM, then stops everything (no process left behind).
+//! Serves the dashboard on 127.0.0.1 and prints a one-time link that signs
+//! in as the demo administrator (a ServiceAccount bound to `cluster-admin`;
+//! its token is also written beside the kubeconfig, `dashboard-token`).
 //!
 //! Environment: `KUBECONFIG_OUT` (default `<repo>/.local/kubeconfig`),
 //! `NODES` (default 3), `RUST_LOG` (default: the components' info logs).
@@ -113,8 +116,8 @@ async fn run() -> Result<()> {
             None
         }
     };
-    let components = match up {
-        Some(Ok(components)) => components,
+    let (components, dashboard) = match up {
+        Some(Ok(up)) => up,
         // Stopped during start-up, or it failed: the control plane goes
         // with `cp`.
         Some(Err(error)) => {
@@ -131,6 +134,7 @@ async fn run() -> Result<()> {
 
     let signal = stop.await;
     println!("stopping ({signal})");
+    dashboard.stop();
     // The scheduler gives its Lease up, the webhook drains; then the control
     // plane's processes are stopped and its directory removed.
     if tokio::time::timeout(Duration::from_secs(20), components.stop())
@@ -141,13 +145,22 @@ async fn run() -> Result<()> {
     }
     drop(cp);
     let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(token_path(&out));
     println!("stopped");
     Ok(())
 }
 
+/// Where the demo administrator's dashboard token goes: beside the kubeconfig.
+fn token_path(kubeconfig: &Path) -> PathBuf {
+    kubeconfig.with_file_name("dashboard-token")
+}
+
 /// Installs the chart, starts both components with its identities, creates
-/// the demo objects and writes the kubeconfig.
-async fn bring_up(cp: &ControlPlane, out: &Path) -> Result<Components> {
+/// the demo objects, writes the kubeconfig and serves the dashboard.
+async fn bring_up(
+    cp: &ControlPlane,
+    out: &Path,
+) -> Result<(Components, koord_queue_dashboard::Running)> {
     let client = cp.client().await?;
     let port = process::free_port()?;
     let visibility_port = process::free_port()?;
@@ -178,8 +191,25 @@ async fn bring_up(cp: &ControlPlane, out: &Path) -> Result<Components> {
     std::fs::copy(cp.kubeconfig(), out).with_context(|| format!("writing {}", out.display()))?;
     restrict(out)?;
     let path = std::fs::canonicalize(out)?;
+
+    let dashboard = koord_queue_tests::dashboard::args(cp, Duration::from_secs(3))?;
+    let dashboard = koord_queue_dashboard::serve(&dashboard).await?;
+    let token = koord_queue_tests::dashboard::admin_token(cp, TOKEN_TTL).await?;
+    let token_file = token_path(&path);
+    std::fs::write(&token_file, &token)
+        .with_context(|| format!("writing {}", token_file.display()))?;
+    restrict(&token_file)?;
+    let link = dashboard.ticket(&token)?;
     print_banner(cp, &install, &components, &path);
-    Ok(components)
+    println!("Dashboard:     {link}");
+    println!(
+        "  (signs in once as the demo administrator; later sign in at http://{}/signin with the token in {})",
+        dashboard.addr,
+        token_file.display()
+    );
+    println!();
+    println!("Press Ctrl-C to stop.");
+    Ok((components, dashboard))
 }
 
 /// The chart's CRDs must be served before quotas can be created.
@@ -286,5 +316,4 @@ fn print_banner(
         "  kubectl -n koord-queue get queues,elasticquotas   # team-b: label a job quota.scheduling.koordinator.sh/name=team-b"
     );
     println!();
-    println!("Press Ctrl-C to stop.");
 }
