@@ -156,6 +156,21 @@ pub struct QueuePreemption {
     /// At most this many preemptions in the quota per minute (unset: no cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_minute: Option<u32>,
+    /// Preemption across siblings: a unit stopped by an ancestor quota's max
+    /// (or the cluster's capacity) may preempt running units of *other*
+    /// quotas under that ancestor that borrow beyond their min — `Never`
+    /// (the default), `LowerPriority`, or `LowerOrNewerEqualPriority`. The
+    /// fewest units that make it fit, never one that would take its quota
+    /// below its min, with the same guards as inside the quota.
+    #[serde(default, skip_serializing_if = "is_never")]
+    pub within_parent: PreemptionPolicy,
+    /// A unit is preempted at most this many times in its life (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_unit: Option<u32>,
+}
+
+fn is_never(p: &PreemptionPolicy) -> bool {
+    *p == PreemptionPolicy::Never
 }
 
 impl QueuePreemption {
@@ -172,6 +187,8 @@ impl QueuePreemption {
                 .max(0)
                 .saturating_mul(1000),
             max_per_minute: self.max_per_minute,
+            within_parent: self.within_parent,
+            max_per_unit: self.max_per_unit,
         }
     }
 }

@@ -62,6 +62,10 @@ pub(crate) struct UnitEntry {
     pub dirty_in: Option<QueueId>,
     /// Whether the unit is in the list of changed reasons.
     pub reason_changed: bool,
+    /// It was released as its queue's reserving head (its latest release):
+    /// reclaim for a guaranteed unit of lower priority spares it while
+    /// others can make room (`reclaim/state.rs` `Eligible`).
+    pub released_reserving: bool,
     /// Where the running cycle reported the unit's reason: (cycle number,
     /// index in the output), so that a later pass of the same cycle
     /// replaces that entry instead of reporting the unit twice.

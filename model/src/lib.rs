@@ -61,6 +61,24 @@ pub struct Preemption {
     pub min_run_ms: i64,
     /// At most this many preemptions in the quota per minute (`None`: no cap).
     pub max_per_minute: Option<u32>,
+    /// Which running units of *sibling* quotas a unit stopped by an
+    /// ancestor's max (or the capacity) may preempt: only units of quotas
+    /// that borrow beyond their min, never taking one below it (Kueue's
+    /// `reclaimWithinCohort` / `borrowWithinCohort`). `Never` by default.
+    pub within_parent: PreemptionPolicy,
+    /// A unit is preempted at most this many times in its life (`None`:
+    /// [`Preemption::DEFAULT_MAX_PER_UNIT`]).
+    pub max_per_unit: Option<u32>,
+}
+
+impl Preemption {
+    /// Preemptions of one unit in its life, unless the queue says otherwise.
+    pub const DEFAULT_MAX_PER_UNIT: u32 = 2;
+
+    /// The most times one unit may be preempted.
+    pub fn max_per_unit(&self) -> u32 {
+        self.max_per_unit.unwrap_or(Self::DEFAULT_MAX_PER_UNIT)
+    }
 }
 
 /// When the head of a `Priority` queue that does not fit stops smaller units

@@ -62,6 +62,16 @@ impl Pass<'_> {
         }
     }
 
+    /// [`Pass::release`] of the unit at `wk`, which was its queue's active
+    /// reserving head if `head` names it.
+    fn release_unit(&mut self, wk: &WaitKey, queue: &Arc<str>, head: Option<&WaitKey>) {
+        self.release(wk.id, queue);
+        let reserving = head.is_some_and(|h| h == wk);
+        if let Some(u) = self.units.get_mut(wk.id) {
+            u.released_reserving = reserving;
+        }
+    }
+
     /// Reserves the unit's request and records the decision.
     fn release(&mut self, id: UnitId, queue: &Arc<str>) {
         if self.reclaim.plans.contains_key(&id) {
@@ -114,6 +124,11 @@ impl Pass<'_> {
     pub(super) fn priority_all(&mut self, q: QueueId, entry: &mut QueueEntry) {
         entry.blockers.clear();
         let reserve = entry.def.as_ref().map(|d| d.reserve).unwrap_or_default();
+        let head = entry
+            .reservation
+            .as_ref()
+            .filter(|r| r.active(self.now_ms))
+            .map(|r| r.key.clone());
         let mut reservation = None;
         let mut released = Vec::new();
         for wk in &entry.waiting {
@@ -123,7 +138,7 @@ impl Pass<'_> {
             self.out.stats.units_visited += 1;
             match self.judge(wk.id) {
                 Verdict::Fits => {
-                    self.release(wk.id, &entry.name);
+                    self.release_unit(wk, &entry.name, head.as_ref());
                     released.push(wk.clone());
                     if self.borrowed {
                         break;
@@ -164,7 +179,11 @@ impl Pass<'_> {
             self.out.stats.units_visited += 1;
             match self.judge(wk.id) {
                 Verdict::Fits => {
-                    self.release(wk.id, &entry.name);
+                    let head = reservation
+                        .as_ref()
+                        .filter(|r| r.active(self.now_ms))
+                        .map(|r| r.key.clone());
+                    self.release_unit(&wk, &entry.name, head.as_ref());
                     entry.waiting.remove(&wk);
                     entry.admitted += 1;
                     if reservation.as_ref().is_some_and(|r| r.key == wk) {

@@ -73,6 +73,7 @@ impl Core {
                 },
                 dirty_in: None,
                 reason_changed: false,
+                released_reserving: false,
                 reported: (0, 0),
             });
             self.enqueue(id);

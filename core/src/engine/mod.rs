@@ -373,3 +373,4 @@ impl Core {
 }
 
 pub(crate) mod membership;
+mod room;

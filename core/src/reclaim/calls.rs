@@ -84,6 +84,7 @@ impl Core {
     /// again, quotas that got room under their min, guaranteed units to try
     /// again now that borrowing may have grown.
     pub(crate) fn reclaim_housekeeping(&mut self) {
+        self.forget_old_preemptions();
         if self.reclaim.stale {
             self.reclaim.stale = false;
             let retry: Vec<UnitId> = self.reclaim.retry.drain().collect();
@@ -162,5 +163,22 @@ impl Core {
             }
             self.enqueue(id);
         }
+    }
+}
+
+impl Core {
+    /// Drops the preemption counts of units gone from the core for an hour
+    /// (a unit in backoff is back within the backoff's cap of 15 min, so
+    /// such a unit's job ended or was deleted).
+    fn forget_old_preemptions(&mut self) {
+        const GONE_MS: i64 = 3_600_000;
+        if self.reclaim.preempted_times.is_empty() {
+            return;
+        }
+        let now = self.now_ms;
+        let units = &self.units;
+        self.reclaim.preempted_times.retain(|key, (_, last)| {
+            units.lookup(key).is_some() || now.saturating_sub(*last) < GONE_MS
+        });
     }
 }

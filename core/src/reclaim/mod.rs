@@ -44,9 +44,10 @@ mod calls;
 mod fair;
 mod pick;
 mod preempt;
+mod siblings;
 pub(crate) mod state;
 
-use state::{Plan, Reclaim, ReclaimKind, Taking};
+use state::{Eligible, Plan, Reclaim, ReclaimKind, Taking};
 
 use std::sync::Arc;
 
@@ -321,9 +322,28 @@ impl Pass<'_> {
             if !self.may_cover(path, &deficits) {
                 return Outcome::Impossible(reason);
             }
-            match self.pick(id, path, &mut deficits) {
+            // What a reserving head of higher priority was released into
+            // is spared while others can make room; the min stays a
+            // guarantee, so it is taken when nothing else would do.
+            let priority = u.priority;
+            let mut none = None;
+            let first = Eligible::Reclaim {
+                priority,
+                spare_heads: true,
+            };
+            let mut tried = deficits.clone();
+            match self.pick(id, path, &mut tried, &first, &mut none) {
                 Some(picks) => picks,
-                None => return Outcome::Impossible(reason),
+                None => {
+                    let any = Eligible::Reclaim {
+                        priority,
+                        spare_heads: false,
+                    };
+                    match self.pick(id, path, &mut deficits, &any, &mut none) {
+                        Some(picks) => picks,
+                        None => return Outcome::Impossible(reason),
+                    }
+                }
             }
         };
         self.commit(id, reason, picks, pauses, Taking::Borrowed)

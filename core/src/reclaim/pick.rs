@@ -6,9 +6,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::Deficit;
-use super::state::{Source, VictimKey};
+use super::state::{Eligible, Source, VictimKey};
 use crate::cycle::Pass;
 use crate::ids::{QuotaId, ResId, UnitId};
+use crate::units::UnitEntry;
 
 /// Resources already picked in this plan, by quota.
 #[derive(Default)]
@@ -87,11 +88,15 @@ impl Pass<'_> {
     /// its min is dropped whole, and one with a child at or below its min is
     /// split into its children, so that what cannot be taken is not read
     /// unit by unit.
+    /// Only units `eligible` allows are taken; a preemption victim too
+    /// young to be taken yet sets `too_young` to when it will not be.
     pub(super) fn pick(
         &self,
         id: UnitId,
         path: &[QuotaId],
         deficits: &mut [Deficit],
+        eligible: &Eligible,
+        too_young: &mut Option<i64>,
     ) -> Option<Vec<UnitId>> {
         let tree = &self.state.quotas;
         let index = &self.reclaim.index;
@@ -190,6 +195,24 @@ impl Pass<'_> {
                 // cannot be taken back from here, and it is not written yet.
                 continue;
             }
+            if !self.allowed(eligible, key.id, v, since.ms, too_young) {
+                continue;
+            }
+            if matches!(eligible, Eligible::Preempt(_))
+                && amount.iter().any(|(k, a)| {
+                    chain.iter().any(|x| {
+                        tree.governs(*x, k)
+                            && tree
+                                .kept(*x, k)
+                                .saturating_sub(picked.get(*x, k))
+                                .saturating_sub(a)
+                                < tree.min_effective(*x, k)
+                    })
+                })
+            {
+                // A preemption never takes a quota below its min.
+                continue;
+            }
             let covers = |d: &Deficit| match d.at {
                 None => true,
                 Some(a) => vpath.contains(&a),
@@ -222,6 +245,44 @@ impl Pass<'_> {
             }
         }
         None
+    }
+}
+
+impl Pass<'_> {
+    /// Whether `eligible` lets holding unit `v` (id `vid`, released at
+    /// `since_ms`) be taken.
+    fn allowed(
+        &self,
+        eligible: &Eligible,
+        vid: UnitId,
+        v: &UnitEntry,
+        since_ms: i64,
+        too_young: &mut Option<i64>,
+    ) -> bool {
+        match *eligible {
+            Eligible::Reclaim {
+                priority,
+                spare_heads,
+            } => !(spare_heads && v.released_reserving && v.priority > priority),
+            Eligible::Preempt(rule) => {
+                if !rule.allows(v.priority, v.created_ms)
+                    || self.displaced_by(vid, rule.by)
+                    || self
+                        .reclaim
+                        .preempted_times
+                        .get(&v.key)
+                        .is_some_and(|(n, _)| *n >= rule.max_per_unit)
+                {
+                    return false;
+                }
+                let due = since_ms.saturating_add(rule.min_run_ms);
+                if self.now_ms < due {
+                    *too_young = Some(too_young.map_or(due, |t| t.min(due)));
+                    return false;
+                }
+                true
+            }
+        }
     }
 }
 

@@ -34,14 +34,18 @@ impl Pass<'_> {
     /// apply (the queue does not preempt, another limit than its own quota's
     /// max stops it, no victims would make it fit), else its outcome.
     pub(super) fn preempt(&mut self, id: UnitId, reason: &WaitReason) -> Option<Outcome> {
+        let own = match reason.shortfall()?.blocker {
+            Blocker::QuotaMax(at, _) => self.units.get(id)?.quota == Some(at),
+            _ => false,
+        };
+        if !own {
+            return self.preempt_siblings(id, reason);
+        }
         if self.preemption.policy == PreemptionPolicy::Never {
             return None;
         }
-        let Blocker::QuotaMax(at, _) = reason.shortfall()?.blocker else {
-            return None;
-        };
         let u = self.units.get(id)?;
-        let leaf = u.quota.filter(|q| *q == at)?;
+        let leaf = u.quota?;
         if self
             .framework
             .filter_beyond_quota_limits(&u.as_ref(), self.state)
@@ -153,7 +157,7 @@ impl Pass<'_> {
                 // room it could use.
                 continue;
             }
-            if self.displaced_by(key.id, id) {
+            if self.displaced_by(key.id, id) || self.preempted_enough(&v.key) {
                 continue;
             }
             let ran = now_ms.saturating_sub(since.ms);
@@ -214,8 +218,26 @@ impl Pass<'_> {
         recent.len() >= usize::try_from(cap).unwrap_or(usize::MAX)
     }
 
+    /// Whether the unit of `key` was preempted as often as its life allows.
+    pub(super) fn preempted_enough(&self, key: &str) -> bool {
+        self.reclaim
+            .preempted_times
+            .get(key)
+            .is_some_and(|(n, _)| *n >= self.preemption.max_per_unit())
+    }
+
     pub(super) fn record_preemption(&mut self, id: UnitId, leaf: QuotaId, picks: &[UnitId]) {
         let now = self.now_ms;
+        for v in picks {
+            if let Some(u) = self.units.get(*v) {
+                let n = self
+                    .reclaim
+                    .preempted_times
+                    .entry(std::sync::Arc::clone(&u.key))
+                    .or_insert((0, now));
+                *n = (n.0.saturating_add(1), now);
+            }
+        }
         self.reclaim
             .preempted_at
             .entry(leaf)

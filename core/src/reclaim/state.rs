@@ -59,6 +59,51 @@ pub enum ReclaimKind {
     },
 }
 
+/// Which holding units a plan may take, besides the rules of reclaim.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Eligible {
+    /// Any (reclaim for a guaranteed unit of priority `.0`): a unit released
+    /// as a reserving head of higher priority is taken only when nothing
+    /// else makes room (what a head was promised is not taken back for a
+    /// unit of lower priority, unless the min needs it).
+    Reclaim { priority: i32, spare_heads: bool },
+    /// Preemption's victims ([`VictimRule`]).
+    Preempt(VictimRule),
+}
+
+/// Who a preemption may take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VictimRule {
+    /// The preemptor.
+    pub by: UnitId,
+    pub policy: koord_queue_model::PreemptionPolicy,
+    pub priority: i32,
+    pub created_ms: i64,
+    pub min_run_ms: i64,
+    pub max_per_unit: u32,
+}
+
+impl From<VictimRule> for Eligible {
+    fn from(rule: VictimRule) -> Self {
+        Self::Preempt(rule)
+    }
+}
+
+impl VictimRule {
+    /// Whether a unit of `priority` created at `created_ms` may be taken.
+    pub fn allows(&self, priority: i32, created_ms: i64) -> bool {
+        use koord_queue_model::PreemptionPolicy as P;
+        match self.policy {
+            P::Never => false,
+            P::LowerPriority => priority < self.priority,
+            P::LowerOrNewerEqualPriority => {
+                priority < self.priority
+                    || (priority == self.priority && created_ms > self.created_ms)
+            }
+        }
+    }
+}
+
 /// Why victims are being taken for a waiting unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Taking {
@@ -287,6 +332,11 @@ pub(crate) struct ReclaimState {
     /// Units that could preempt once a victim has run its minimum time: the
     /// earliest such time per unit (looked at again then).
     pub preempt_later: HashMap<UnitId, i64, IdHash>,
+    /// Times each unit was preempted, and when last (ms), by key: a unit is
+    /// preempted at most `Preemption::max_per_unit` times in its life. The
+    /// key outlives the unit's absence from the core during its backoff;
+    /// an entry whose unit has been gone an hour is dropped (its job ended).
+    pub preempted_times: HashMap<Arc<str>, (u32, i64)>,
 }
 
 impl ReclaimState {

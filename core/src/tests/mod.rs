@@ -6,6 +6,7 @@ mod incremental;
 mod ordering;
 mod plugins;
 mod preemption;
+mod preemption_siblings;
 mod property;
 mod property_reserve;
 mod quota;

@@ -25,6 +25,7 @@ fn lower(min_run_ms: i64) -> Preemption {
         policy: PreemptionPolicy::LowerPriority,
         min_run_ms,
         max_per_minute: None,
+        ..Default::default()
     }
 }
 
