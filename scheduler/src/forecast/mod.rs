@@ -168,6 +168,12 @@ pub struct Simulation {
     generation: Vec<u32>,
     /// Times each job was sent back (the controller's `requeue_count`).
     requeues: Vec<i32>,
+    /// When each job in backoff is due back (its `Requeue` event's time):
+    /// an event at another time is one its early return made stale.
+    requeue_due: Vec<i64>,
+    /// Jobs in backoff that a reclaim or preemption sent there: each
+    /// housekeeping tick puts back those whose room is free (issue 44).
+    backoff: Vec<u32>,
     /// Units in the core, by key.
     keys: HashMap<Arc<str>, u32>,
     calendar: Calendar,
@@ -236,6 +242,8 @@ impl Simulation {
             phase: Vec::new(),
             generation: Vec::new(),
             requeues: Vec::new(),
+            requeue_due: Vec::new(),
+            backoff: Vec::new(),
             keys: HashMap::new(),
             calendar: Calendar::default(),
             cycle_due: None,
@@ -284,6 +292,7 @@ impl Simulation {
         self.phase.push(Phase::Future);
         self.generation.push(0);
         self.requeues.push(0);
+        self.requeue_due.push(i64::MIN);
         i
     }
 

@@ -30,9 +30,11 @@ impl Simulation {
     pub(super) fn handle(&mut self, kind: Kind) {
         match kind {
             Kind::Arrive(i) => self.enqueue(i),
-            Kind::Requeue(i) if self.phase[i as usize] == Phase::Backoff => {
-                self.backing_off = self.backing_off.saturating_sub(1);
-                self.enqueue(i);
+            Kind::Requeue(i)
+                if self.phase[i as usize] == Phase::Backoff
+                    && self.requeue_due[i as usize] == self.now =>
+            {
+                self.back_in_queue(i);
             }
             Kind::Finish(i, g) if self.holds(i, g) => {
                 self.outcomes[i as usize].end_ms = Some(self.now - self.settings.latency.free_ms);
@@ -43,6 +45,7 @@ impl Simulation {
             Kind::Cycle => self.cycle(),
             Kind::Tick => {
                 self.tick_due = None;
+                self.room_free_returns();
                 match self.next_due() {
                     Some(due) if due <= self.now => self.request_cycle(),
                     Some(due) => self.schedule_tick(due),
@@ -50,6 +53,36 @@ impl Simulation {
                 }
             }
             Kind::Requeue(_) | Kind::Finish(..) | Kind::Evict(..) => {}
+        }
+    }
+
+    /// A job's backoff ends: it waits in its queue again.
+    fn back_in_queue(&mut self, i: u32) {
+        self.backing_off = self.backing_off.saturating_sub(1);
+        self.requeue_due[i as usize] = i64::MIN;
+        self.enqueue(i);
+    }
+
+    /// At a housekeeping tick, as the controller's (`decide.rs`): a job a
+    /// reclaim or preemption sent back returns at once when the core says
+    /// its room is free; while some still back off, the next tick looks
+    /// again.
+    fn room_free_returns(&mut self) {
+        let mut waiting = std::mem::take(&mut self.backoff);
+        waiting.retain(|&i| {
+            if self.phase[i as usize] != Phase::Backoff {
+                return false;
+            }
+            let job = &self.jobs[i as usize];
+            if self.core.has_room_for(job.quota.as_deref(), &job.request) {
+                self.back_in_queue(i);
+                return false;
+            }
+            true
+        });
+        self.backoff = waiting;
+        if !self.backoff.is_empty() {
+            self.schedule_tick(self.now + 1);
         }
     }
 
@@ -114,7 +147,12 @@ impl Simulation {
         // the housekeeping tick after it ends.
         let decided = self.now - self.settings.latency.evict_ms;
         let at = self.tick_at(decided.saturating_add(delay_ms)) + self.settings.latency.requeue_ms;
-        self.calendar.push(at.max(self.now), Kind::Requeue(i));
+        let at = at.max(self.now);
+        self.requeue_due[idx] = at;
+        self.calendar.push(at, Kind::Requeue(i));
+        // Noticed at the next tick if its room is free before then.
+        self.backoff.push(i);
+        self.schedule_tick(self.now + 1);
     }
 
     fn cycle(&mut self) {

@@ -140,12 +140,24 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
         }
         (Some(QueueUnitPhase::TimeoutBackoff), Some(_)) => {
             step.timed = true;
-            rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms).then(|| {
+            // A unit whose room a reclaim or a preemption took comes back
+            // as soon as that room is free: its backoff is against thrash,
+            // and an idle quota is none (issue 44).
+            let over = rec.requeue_at_ms.is_none_or(|t| t <= v.now_ms);
+            (over || v.room_free).then(|| {
+                let message = if over {
+                    format!("backoff over; waiting in queue {}", queue_of(rec))
+                } else {
+                    format!(
+                        "the room it was sent back for is free again; waiting in queue {}",
+                        queue_of(rec)
+                    )
+                };
                 Intent::free(Write::Phase {
                     unit: k.clone(),
                     phase: QueueUnitPhase::Enqueued,
                     admissions: Some(Vec::new()),
-                    message: format!("backoff over; waiting in queue {}", queue_of(rec)),
+                    message,
                 })
             })
         }

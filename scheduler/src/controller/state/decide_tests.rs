@@ -71,6 +71,7 @@ fn decide_with_pods(
         members_released_at: None,
         strict_default: None,
         now_ms: NOW_MS,
+        room_free: false,
         jitter_salt: 7,
     })
 }
@@ -267,6 +268,7 @@ fn a_release_cut_short_by_a_leader_change_is_finished_not_redone() {
         members_released_at: None,
         strict_default: None,
         now_ms: NOW_MS,
+        room_free: false,
         jitter_salt: 7,
     };
     // Found released, never seen running: the hold is lifted, the attempt kept.
@@ -309,6 +311,7 @@ fn a_release_whose_answer_was_lost_is_sent_again_whole_and_keeps_its_quota() {
         members_released_at: None,
         strict_default: None,
         now_ms: NOW_MS,
+        room_free: false,
         jitter_salt: 7,
     };
     fn leak<T>(v: T) -> &'static T {
@@ -527,6 +530,7 @@ fn a_held_job_whose_pods_ran_is_not_taken_for_a_release_cut_short() {
         members_released_at: None,
         strict_default: None,
         now_ms: NOW_MS,
+        room_free: false,
         jitter_salt: 7,
     });
     assert!(step.intent.is_none(), "{:?}", step.intent);
@@ -560,6 +564,7 @@ fn a_drained_queue_sends_back_what_holds_quota_and_a_held_one_does_not() {
             members_released_at: None,
             strict_default: None,
             now_ms: NOW_MS,
+            room_free: false,
             jitter_salt: 7,
         }))
     };
@@ -586,4 +591,64 @@ fn a_drained_queue_sends_back_what_holds_quota_and_a_held_one_does_not() {
     );
     // Hold alone lets released jobs run on.
     assert_eq!(step(&rec, &job, &queue("Hold"), false), None);
+}
+
+#[test]
+fn a_unit_sent_back_for_its_room_returns_when_the_room_is_free() {
+    // Sent back by a reclaim, its backoff runs for another ten minutes.
+    let later = "2026-01-01T00:10:00Z";
+    let backoff = |reason: &str| {
+        unit(
+            json!({ "phase": "TimeoutBackoff", "requeueState": { "count": 1, "requeueAt": later },
+            "conditions": [{ "type": "QuotaReserved", "status": "False", "reason": reason,
+                "lastTransitionTime": "2026-01-01T00:00:00Z" }] }),
+        )
+    };
+    let held = job(true, json!({}));
+    let key: Key = "ns/u".into();
+    let step = |rec: &UnitRecord, room_free: bool| {
+        next_step(&UnitView {
+            key: &key,
+            rec,
+            job: Some(&held),
+            queue: None,
+            pods: None,
+            pods_alive: false,
+            suspended_again: true,
+            found_released: false,
+            unconfirmed: false,
+            members_released_at: None,
+            strict_default: None,
+            now_ms: NOW_MS,
+            room_free,
+            jitter_salt: 7,
+        })
+    };
+    let reclaimed = backoff("Reclaimed");
+    assert!(super::super::lifecycle::sent_back_for_room(&reclaimed));
+    // Its room is taken: it waits out the backoff (looked at each tick).
+    let waiting = step(&reclaimed, false);
+    assert!(waiting.intent.is_none() && waiting.timed);
+    // Its room is free: back in its queue at once, holding nothing.
+    let back = step(&reclaimed, true);
+    assert_eq!(
+        summary(&back),
+        Some(("Phase Enqueued".to_string(), OnSubmit::Free))
+    );
+    let Some(Intent {
+        write: Write::Phase { message, .. },
+        ..
+    }) = back.intent
+    else {
+        panic!("a phase write");
+    };
+    assert!(message.starts_with("the room it was sent back for is free again"));
+    // A unit sent back for another reason (its pods did not start) is not
+    // one whose room was taken: the controller never says its room is free.
+    assert!(super::super::lifecycle::sent_back_for_room(&backoff(
+        "Preempted"
+    )));
+    assert!(!super::super::lifecycle::sent_back_for_room(&backoff(
+        "SchedulingTimeout"
+    )));
 }

@@ -131,6 +131,10 @@ impl Controller {
             members_released_at: st.members_released_at,
             strict_default: self.settings.strict_default,
             now_ms: self.now.wall_ms,
+            room_free: sent_back_for_room(&st.rec)
+                && self
+                    .core
+                    .has_room_for(st.rec.quota.as_deref(), &st.rec.request),
             jitter_salt: self.settings.jitter_salt,
         })
     }
@@ -238,4 +242,16 @@ impl Controller {
             self.submit_unit_write(&k, Intent::keep(write));
         }
     }
+}
+
+/// Whether unit `rec` waits in a backoff that a reclaim or a preemption
+/// sent it to (its room was taken, not its job found wanting): it may come
+/// back as soon as that room is free (`decide.rs`).
+pub(super) fn sent_back_for_room(rec: &crate::controller::records::UnitRecord) -> bool {
+    use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED};
+    rec.phase == Some(koord_queue_api::queue_unit::QueueUnitPhase::TimeoutBackoff)
+        && matches!(
+            rec.wait_reason.as_deref(),
+            Some(RECLAIMED | PREEMPTED | FAIR_SHARE)
+        )
 }

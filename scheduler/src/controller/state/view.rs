@@ -36,6 +36,10 @@ pub(super) struct UnitView<'a> {
     /// Strict dequeue for queues that do not set it.
     pub strict_default: Option<Duration>,
     pub now_ms: i64,
+    /// The unit is in a backoff because a reclaim or a preemption took its
+    /// room, and the core says that room is free again now: the backoff
+    /// guards against thrash, not against an idle quota (issue 44).
+    pub room_free: bool,
     /// Salt of the backoff jitter: differs between processes, so units sent
     /// back together by different schedulers do not return together.
     pub jitter_salt: u64,
