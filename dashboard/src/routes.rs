@@ -87,7 +87,9 @@ async fn security_headers(
              connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` on a form
+        // post, and sign-in checks the origin.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ];
     for (name, value) in set {
@@ -235,8 +237,35 @@ async fn signin_ticket(
     }
 }
 
-async fn signin(State(state): State<AppState>, Form(form): Form<SignIn>) -> Response {
+async fn signin(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Response {
+    // SameSite cookies do not stop another site from posting its own token
+    // here (signing the visitor in as someone else): a browser's form post
+    // names its origin, which must be this server.
+    if !same_origin(&headers) {
+        return asset_page(
+            StatusCode::FORBIDDEN,
+            "Sign-in refused: the form came from another site.",
+        );
+    }
     open_session(&state, &form.token, form.namespaces).await
+}
+
+/// Whether a request's `Origin` (when the browser sends one) is the server
+/// it was sent to (its `Host`).
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    !host.is_empty() && authority == host
 }
 
 /// Checks `token` with the API server and opens a session for its user
@@ -283,6 +312,9 @@ async fn open_session(state: &AppState, token: &str, namespaces: String) -> Resp
 }
 
 async fn signout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "sign-out from another site").into_response();
+    }
     let cookies = headers
         .get(header::COOKIE)
         .and_then(|v| v.to_str().ok())
@@ -344,5 +376,53 @@ async fn live_view(
     match caller(&state, &headers).await {
         Ok(c) => live::stream(c.viewer, params, c.holder, state.refresh).into_response(),
         Err(e) => e.into_api_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), HeaderValue::from_str(v).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_form_from_another_site_is_not_this_servers() {
+        let host = (header::HOST, "127.0.0.1:8080");
+        assert!(
+            same_origin(&headers(std::slice::from_ref(&host))),
+            "no Origin: not a cross-site form"
+        );
+        assert!(same_origin(&headers(&[
+            host.clone(),
+            (header::ORIGIN, "http://127.0.0.1:8080")
+        ])));
+        assert!(!same_origin(&headers(&[
+            host,
+            (header::ORIGIN, "http://evil.example")
+        ])));
+        assert!(!same_origin(&headers(&[(
+            header::ORIGIN,
+            "http://127.0.0.1:8080"
+        )])));
+    }
+
+    #[test]
+    fn a_bearer_header_gives_its_token() {
+        let h = headers(&[(header::AUTHORIZATION, "Bearer abc ")]);
+        assert_eq!(bearer(&h), Some("abc"));
+        assert_eq!(
+            bearer(&headers(&[(header::AUTHORIZATION, "Basic abc")])),
+            None
+        );
+        assert_eq!(
+            bearer(&headers(&[(header::AUTHORIZATION, "Bearer ")])),
+            None
+        );
     }
 }
