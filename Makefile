@@ -31,7 +31,7 @@ test: provision ## Provision what is missing, then run every test of the workspa
 cli: ## The kubectl plugin kubectl-koord_queue: a static release binary, its archive per platform and the krew manifest, into <target dir>/cli
 	@CARGO=$(CARGO) cli/package.sh
 
-images: ## Build the three images as OCI archives into <target dir>/images (buildah, podman or docker; installs buildah when none works)
+images: ## Build the four images as OCI archives into <target dir>/images (buildah, podman or docker; installs buildah when none works)
 	@CARGO=$(CARGO) images/build.sh
 
 image-binaries: ## Only the static binaries of the images, into <target dir>/images/context

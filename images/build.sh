@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the three images of Koord-Queue (webhook, scheduler, certs) as OCI
+# Builds the four images of Koord-Queue (webhook, scheduler, certs, dashboard) as OCI
 # archives, from images/Containerfile:
 #
 #   1. static binaries on the host: `cargo build --profile image` for the
@@ -29,7 +29,7 @@ cargo=${CARGO:-cargo}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 out=${IMAGES_OUT:-$target_dir/images}
 prefix=${IMAGE_PREFIX:-koord-queue/}
-components=(webhook scheduler certs)
+components=(webhook scheduler certs dashboard)
 log() { printf 'images: %s\n' "$*" >&2; }
 die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
 no_builder() { printf 'images: no builder: %s\n' "$*" >&2; exit 3; }
@@ -76,7 +76,7 @@ build_binaries() {
   # With --target, RUSTFLAGS reach the binaries only, not build scripts.
   RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
     "$cargo" build --profile image --target "$host" --locked \
-    -p koord-queue-webhook -p koord-queue-scheduler -p koord-queue-certs --bins >&2
+    -p koord-queue-webhook -p koord-queue-scheduler -p koord-queue-certs -p koord-queue-dashboard --bins >&2
   log "built the binaries in $((SECONDS - start))s"
   context="$out/context"
   mkdir -p "$context"

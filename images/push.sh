@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pushes the three images `make images` built (OCI archives) to a registry, as
+# Pushes the four images `make images` built (OCI archives) to a registry, as
 #   $REGISTRY/koord-queue-webhook:<version>
 #   $REGISTRY/koord-queue-scheduler:<version>
 #   $REGISTRY/koord-queue-certs:<version>
@@ -45,7 +45,7 @@ fi
 # buildah keeps a private store next to the archives, as images/build.sh does.
 buildah=(buildah --root "$out/.buildah/storage" --runroot "$out/.buildah/run" --storage-driver vfs)
 
-for c in webhook scheduler certs; do
+for c in webhook scheduler certs dashboard; do
   archive="$out/koord-queue-$c.oci.tar"
   [ -f "$archive" ] || die "$archive is missing: run make images first"
   dest="$registry/koord-queue-$c:$version"
