@@ -25,6 +25,10 @@ pub type ResourceList = BTreeMap<String, Quantity>;
     shortname = "qu",
     shortname = "qus",
     category = "koord-queue",
+    // `--field-selector spec.queue=<queue>`: a Queue's units listed by the
+    // API server, not a whole cluster's filtered by the reader (the
+    // dashboard's Queue page).
+    selectable = ".spec.queue",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,

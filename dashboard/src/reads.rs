@@ -113,17 +113,34 @@ pub async fn quotas(
         .items)
 }
 
-/// The QueueUnits of `namespace` (`None`: every namespace), from the API
-/// server's cache.
-pub async fn units(
+/// The QueueUnits of `namespace` (`None`: every namespace) in Queue
+/// `queue`, selected by the API server (the CRD's selectable field
+/// `spec.queue`); an API server that cannot select on it (older than 1.31,
+/// or the CRD from before the field) is read whole and filtered here.
+pub async fn units_in_queue(
     client: &kube::Client,
     namespace: Option<&str>,
+    queue: &str,
 ) -> Result<Vec<QueueUnit>, ReadError> {
     let api: Api<QueueUnit> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    Ok(api.list(&ListParams::default().match_any()).await?.items)
+    let selected = ListParams::default()
+        .match_any()
+        .fields(&format!("spec.queue={queue}"));
+    match api.list(&selected).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(s)) if s.code == 400 => {
+            let all = api.list(&ListParams::default().match_any()).await?;
+            Ok(all
+                .items
+                .into_iter()
+                .filter(|u| u.spec.queue == queue)
+                .collect())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// QueueUnit `namespace/name`.

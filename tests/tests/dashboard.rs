@@ -295,6 +295,25 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
         "2 waiting · page 1 of 1"
     );
     b.screenshot(&screenshot_path("queue")).await.unwrap();
+    // The page's admitted units are the API server's selection by queue
+    // (the CRD's selectable field spec.queue), not a cluster's list.
+    let selected = cp
+        .kubectl(&[
+            "get",
+            "queueunits",
+            "-A",
+            "--field-selector",
+            &format!("spec.queue={quota}"),
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await
+        .unwrap();
+    let mut selected: Vec<&str> = selected.split_whitespace().collect();
+    selected.sort();
+    let mut all: Vec<&str> = units.iter().map(String::as_str).collect();
+    all.sort();
+    assert_eq!(selected, all);
 
     // A unit's page: why it waits as the API says, the quota path up to the
     // parent, a timeline from its creation.

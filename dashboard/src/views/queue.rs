@@ -51,7 +51,7 @@ pub async fn build(viewer: &Viewer, name: &str, params: &ViewParams) -> Result<V
     problems.extend(quotas.problems);
     let quota = quotas.value.iter().find(|q| name_of(q) == name).cloned();
 
-    let units = viewer.units().await?;
+    let units = viewer.units_in_queue(name).await?;
     problems.extend(units.problems);
     let mut admitted: Vec<&QueueUnit> = units
         .value
