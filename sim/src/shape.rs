@@ -83,12 +83,16 @@ pub const LEAF_MIN_CPU: u32 = 20;
 /// Maximum CPU of a leaf quota (Kueue: nominal 20 + borrowing limit 100).
 pub const LEAF_MAX_CPU: u32 = 120;
 
-/// CPU of a large job in [`Shape::one_large_class`]: twice a leaf's min, so
-/// a large job always borrows and its parent's max is what stops it.
-pub const ONE_LARGE_CPU: u32 = 40;
+/// CPU of a large job in [`Shape::one_large_class`]: one and a half times a
+/// leaf's min, so a large job always borrows and its parent's max is what
+/// stops it, and two fit in the three large leaves' mins.
+pub const ONE_LARGE_CPU: u32 = 30;
+/// Runtime of a large job in [`Shape::one_large_class`]: one every 1.2 s for
+/// 0.5 s is 12.5 CPU, within its leaf's min on average.
+pub const ONE_LARGE_RUNTIME: Duration = Duration::from_millis(500);
 /// Runtime of a small job in [`Shape::one_large_class`]: 1 CPU every 100 ms
-/// for 1.8 s is 18 CPU, with the medium class's 5 a little above a leaf's min.
-pub const ONE_LARGE_SMALL_RUNTIME: Duration = Duration::from_millis(1800);
+/// for 2 s is 20 CPU, with the medium class's 5 a quarter above a leaf's min.
+pub const ONE_LARGE_SMALL_RUNTIME: Duration = Duration::from_millis(2000);
 
 /// A leaf quota (one Kueue ClusterQueue) and its namespace.
 #[derive(Clone, Debug, Serialize)]
@@ -261,14 +265,15 @@ impl Shape {
 
     /// Issue 44's shape: one parent holding the whole capacity (30 leaves ×
     /// [`LEAF_MIN_CPU`], as in Kueue's shape), three *large* queues with only
-    /// large jobs of [`ONE_LARGE_CPU`] CPU — which borrow beyond their
-    /// leaf's min, so the parent's max is what stops them — and 27 *small*
-    /// queues with small jobs that run [`ONE_LARGE_SMALL_RUNTIME`] (so that
-    /// each small queue asks a little more than its min, like the
-    /// baseline's) and medium ones. The stream asks about 20 % more than
-    /// the parent holds, and every sequence lasts about as long. Without a
-    /// reservation that holds across the parent, the many small queues take
-    /// every core a large job waits for.
+    /// large jobs of [`ONE_LARGE_CPU`] CPU that run [`ONE_LARGE_RUNTIME`] —
+    /// each asks less than its leaf's min on average, but one job alone
+    /// borrows beyond it, so the parent's max is what stops it — and 27
+    /// *small* queues with small jobs that run [`ONE_LARGE_SMALL_RUNTIME`]
+    /// and medium ones, each asking a quarter more than its min. The stream
+    /// asks about 20 % more than the parent holds, and every sequence lasts
+    /// about as long. Without a reservation that holds across the parent,
+    /// the many small queues' borrowing takes every core a large job waits
+    /// for.
     pub fn one_large_class(scale: &str, jobs: usize) -> Result<Self> {
         const LEAVES: usize = 30;
         const LARGE_LEAVES: [usize; 3] = [0, 10, 20];
@@ -308,7 +313,7 @@ impl Shape {
                 for seq in 0..leaf.counts[c] {
                     let (cpu, runtime) = match c {
                         0 => (class.cpu, ONE_LARGE_SMALL_RUNTIME),
-                        2 => (ONE_LARGE_CPU, class.runtime),
+                        2 => (ONE_LARGE_CPU, ONE_LARGE_RUNTIME),
                         _ => (class.cpu, class.runtime),
                     };
                     planned.push(PlannedJob {

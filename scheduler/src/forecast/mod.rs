@@ -490,7 +490,6 @@ impl Simulation {
             self.stats.events += 1;
             self.handle(kind);
         }
-        self.stats.end_ms = self.now;
         self.stats.max_sent_back_of_one = self
             .outcomes
             .iter()

@@ -52,8 +52,11 @@ impl Simulation {
                     None => {}
                 }
             }
-            Kind::Requeue(_) | Kind::Finish(..) | Kind::Evict(..) => {}
+            Kind::Requeue(_) | Kind::Finish(..) | Kind::Evict(..) => return,
         }
+        // The run's end is its last event that did something (a stale
+        // requeue of a unit back early is none).
+        self.stats.end_ms = self.now;
     }
 
     /// A job's backoff ends: it waits in its queue again.
