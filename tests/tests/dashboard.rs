@@ -448,7 +448,7 @@ async fn a_tenant_sees_its_namespace_and_not_anothers() {
         b.attributes("#history-quota option", "value")
             .await
             .unwrap(),
-        [mine.clone()]
+        std::slice::from_ref(&mine)
     );
     open(&b, "#/", "overview").await;
     let source = b.client().source().await.unwrap();

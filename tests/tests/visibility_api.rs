@@ -191,7 +191,12 @@ async fn discovery_and_kubectl_get_work_through_the_aggregation_layer() {
         .collect();
     assert_eq!(
         listed,
-        ["pendingunits", "queues/pendingunits", "quotausages", "histories"]
+        [
+            "pendingunits",
+            "queues/pendingunits",
+            "quotausages",
+            "histories"
+        ]
     );
 
     let (_, ns, _, units) = four_jobs(cp, "1h").await;

@@ -214,7 +214,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["pendingunits", "queues/pendingunits", "quotausages", "histories"]
+            [
+                "pendingunits",
+                "queues/pendingunits",
+                "quotausages",
+                "histories"
+            ]
         );
         assert_eq!(
             group_list()["groups"][0]["preferredVersion"]["groupVersion"],

@@ -76,17 +76,18 @@ fn api() -> axum::Router {
             let units: Vec<PendingUnit> = (1..=5)
                 .map(|i| unit("team-a", &format!("u{i}"), i))
                 .collect();
-            let answer = match q.ask {
-                Ask::Queue(name) if name != "q" => Answer::NoSuchQueue,
-                Ask::Quotas(_) => Answer::Quotas(Vec::new()),
-                Ask::History(_) => Answer::History(
-                    koord_queue_visibility::history::History::new(60, 3600, Vec::new()),
-                ),
-                _ => {
-                    let (items, remaining) = q.page.cut(units.into_iter());
-                    Answer::Units { items, remaining }
-                }
-            };
+            let answer =
+                match q.ask {
+                    Ask::Queue(name) if name != "q" => Answer::NoSuchQueue,
+                    Ask::Quotas(_) => Answer::Quotas(Vec::new()),
+                    Ask::History(_) => Answer::History(
+                        koord_queue_visibility::history::History::new(60, 3600, Vec::new()),
+                    ),
+                    _ => {
+                        let (items, remaining) = q.page.cut(units.into_iter());
+                        Answer::Units { items, remaining }
+                    }
+                };
             let _ = q.reply.send(answer);
         }
     });
