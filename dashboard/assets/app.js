@@ -388,7 +388,11 @@ function drawTree(container, quotas, search) {
     return details;
   };
   const shownTops = tops.filter((q) => !visible || visible.has(q.name));
-  container.replaceChildren(...(shownTops.length ? shownTops.map((q) => node(q, 0)) : [el("p", { class: "muted" }, search ? "No quota matches." : "No quota is visible to you.")]));
+  // The top level pages like any other (a flat tree of 1,000 quotas).
+  const topLimit = shownChildren.get("") || CHILDREN_PAGE;
+  const more = shownTops.length > topLimit ? el("button", { type: "button", class: "more", onclick: () => { shownChildren.set("", topLimit + CHILDREN_PAGE); draw(); } },
+    `Show ${Math.min(CHILDREN_PAGE, shownTops.length - topLimit)} more of ${shownTops.length - topLimit}`) : null;
+  put(container, shownTops.length ? [shownTops.slice(0, topLimit).map((q) => node(q, 0)), more] : [el("p", { class: "muted" }, search ? "No quota matches." : "No quota is visible to you.")]);
 }
 
 // ---- charts: inline SVG ---------------------------------------------------

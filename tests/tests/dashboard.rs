@@ -266,6 +266,20 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
     // The other suites of this binary make quotas with one waiting unit at most.
     assert_eq!(busiest.first(), Some(&quota), "{busiest:?}");
     b.screenshot(&screenshot_path("overview")).await.unwrap();
+    // Searching the tree leaves the matching quota and its ancestors.
+    b.client()
+        .find(fantoccini::Locator::Css("#quota-search"))
+        .await
+        .unwrap()
+        .send_keys(&quota)
+        .await
+        .unwrap();
+    let path = vec![parent.clone(), quota.clone()];
+    b.until(LONG, "the search's quotas", || async {
+        Ok(b.attributes("[data-quota]", "data-quota").await? == path)
+    })
+    .await
+    .unwrap();
 
     // The Queue's page: its backlog in the API's order, with its reasons;
     // the running unit among the admitted.
@@ -295,6 +309,18 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
         "2 waiting · page 1 of 1"
     );
     b.screenshot(&screenshot_path("queue")).await.unwrap();
+    // Searching the backlog keeps the units it names, in their places.
+    open(&b, &format!("#/queue/{quota}?q={}", units[2]), "queue").await;
+    assert_eq!(
+        b.attributes("[data-row]", "data-row").await.unwrap(),
+        [format!("{ns}/{}", units[2])]
+    );
+    assert_eq!(b.texts("[data-position]").await.unwrap(), ["2"]);
+    assert_eq!(
+        b.text("#page-info").await.unwrap(),
+        "1 waiting · page 1 of 1"
+    );
+    open(&b, &format!("#/queue/{quota}"), "queue").await;
     // The page's admitted units are the API server's selection by queue
     // (the CRD's selectable field spec.queue), not a cluster's list.
     let selected = cp
