@@ -51,10 +51,14 @@ pub enum ViewError {
 
 /// Builds the view `params` asks for, as `viewer`.
 pub async fn build(viewer: &Viewer, params: &ViewParams) -> Result<Value, ViewError> {
-    let required = |v: &Option<String>, what: &str| {
-        v.clone()
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| ViewError::BadRequest(format!("the {what} is missing")))
+    // Names go into API paths and selectors: only what Kubernetes allows
+    // in an object's name, so that none can change what is asked.
+    let required = |v: &Option<String>, what: &str| match v.as_deref() {
+        None | Some("") => Err(ViewError::BadRequest(format!("the {what} is missing"))),
+        Some(name) if !is_object_name(name) => Err(ViewError::BadRequest(format!(
+            "the {what} {name:?} is not a Kubernetes name"
+        ))),
+        Some(name) => Ok(name.to_string()),
     };
     match params.view.as_str() {
         "overview" => overview::build(viewer).await,
@@ -70,6 +74,16 @@ pub async fn build(viewer: &Viewer, params: &ViewParams) -> Result<Value, ViewEr
         "history" => history::build(viewer).await,
         other => Err(ViewError::BadRequest(format!("no page {other:?}"))),
     }
+}
+
+/// Whether `name` is a Kubernetes object name (a DNS subdomain: lower-case
+/// letters, digits, `-` and `.`, at most 253).
+pub fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 /// Whether `item` (a PendingUnit or QueueUnit as JSON) matches search `q`
@@ -89,4 +103,28 @@ pub fn matches(item: &Value, q: &str) -> bool {
     .iter()
     .filter_map(|v| v.as_str())
     .any(|s| s.to_lowercase().contains(&q))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_that_could_change_a_path_are_refused() {
+        assert!(is_object_name("team-a.queue-1"));
+        for bad in ["", "a/b", "a?b", "A", "q,metadata.name=x", "..%2f"] {
+            assert!(!is_object_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_search_matches_name_namespace_job_or_reason() {
+        let unit = json!({ "metadata": { "name": "u-1", "namespace": "team-a" },
+                           "job": { "name": "train" }, "reason": { "type": "QuotaExceeded" } });
+        for q in ["", "U-1", "team", "train", "quotaex"] {
+            assert!(matches(&unit, q), "{q}");
+        }
+        assert!(!matches(&unit, "other"));
+    }
 }
