@@ -54,8 +54,7 @@ impl Job {
     /// from its queue), at most its bound; its class in the report is
     /// `class`.
     pub fn from_unit_def(def: &UnitDef, run_ms: i64, class: &str) -> Self {
-        let run_ms = run_ms.max(0);
-        let bounded_out = def.max_run_ms.is_some_and(|bound| bound < run_ms);
+        let (run_ms, bounded_out) = Self::bounded(run_ms, def.max_run_ms);
         Self {
             namespace: Arc::from(def.namespace.as_str()),
             name: Box::from(def.name.as_str()),
@@ -64,12 +63,22 @@ impl Job {
             priority: def.priority,
             class: Arc::from(class),
             submit_ms: def.created_ms,
-            run_ms: def.max_run_ms.map_or(run_ms, |bound| run_ms.min(bound)),
+            run_ms,
             bounded_out,
             max_run_ms: def.max_run_ms,
             request: def.request.clone(),
             labels: Arc::new(def.labels.clone()),
             observed_wait_ms: None,
+        }
+    }
+
+    /// How long a job of runtime `run_ms` runs under bound `max_run_ms`,
+    /// and whether the bound ends it.
+    pub fn bounded(run_ms: i64, max_run_ms: Option<i64>) -> (i64, bool) {
+        let run_ms = run_ms.max(0);
+        match max_run_ms {
+            Some(bound) if bound < run_ms => (bound.max(0), true),
+            _ => (run_ms, false),
         }
     }
 
