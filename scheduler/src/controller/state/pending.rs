@@ -170,13 +170,13 @@ impl Controller {
                     let (key, position) = &lines.in_line[i];
                     self.units
                         .get(key)
-                        .map(|st| self.in_line(st, *position, self.core.reason(key)))
+                        .map(|st| self.in_line(key, st, *position, self.core.reason(key)))
                 }
                 Some(j) => lines
                     .out_of_line
                     .get(j)
-                    .and_then(|key| self.units.get(key))
-                    .map(|st| self.out_of_line_item(st)),
+                    .and_then(|key| Some((key, self.units.get(key)?)))
+                    .map(|(key, st)| self.out_of_line_item(key, st)),
             };
             items.extend(item);
         }
@@ -186,7 +186,13 @@ impl Controller {
         }
     }
 
-    fn in_line(&self, st: &UnitState, position: usize, reason: Option<&WaitReason>) -> PendingUnit {
+    fn in_line(
+        &self,
+        key: &str,
+        st: &UnitState,
+        position: usize,
+        reason: Option<&WaitReason>,
+    ) -> PendingUnit {
         let published = st.rec.wait_reason.as_deref().and_then(WaitType::parse);
         let reason = match (reason, published) {
             (Some(r), _) => wait_view::view(r),
@@ -201,18 +207,18 @@ impl Controller {
                 None,
             ),
         };
-        let mut item = self.item(st, reason);
+        let mut item = self.item(key, st, reason);
         item.position = u64::try_from(position).ok();
         item
     }
 
-    fn out_of_line_item(&self, st: &UnitState) -> PendingUnit {
+    fn out_of_line_item(&self, key: &str, st: &UnitState) -> PendingUnit {
         let rec = &st.rec;
         let message = rec.message.clone().unwrap_or_default();
         let reason = match rec.phase {
             // In the core, in a queue it does not serve: why, as it says.
             _ if st.member == Membership::Waiting
-                && let Some(r) = self.core.reason(&rec.key()) =>
+                && let Some(r) = self.core.reason(key) =>
             {
                 wait_view::view(r)
             }
@@ -249,21 +255,23 @@ impl Controller {
                 None,
             ),
         };
-        self.item(st, reason)
+        self.item(key, st, reason)
     }
 
-    fn item(&self, st: &UnitState, reason: WaitReasonView) -> PendingUnit {
+    /// The item of unit `key`.
+    fn item(&self, key: &str, st: &UnitState, reason: WaitReasonView) -> PendingUnit {
         let rec = &st.rec;
         let job = self.jobs.get(&rec.job_key()).map(|j| JobOf {
             api_version: j.adapter.kind().api_version(),
             kind: j.adapter.kind().kind.to_string(),
             name: j.name.clone(),
         });
+        let created = rfc3339(rec.created_ms);
         PendingUnit {
             metadata: ItemMeta {
                 name: rec.name.clone(),
                 namespace: Some(rec.namespace.to_string()),
-                creation_timestamp: Some(rfc3339(rec.created_ms)),
+                creation_timestamp: Some(created.clone()),
             },
             job,
             queue: queue_of(rec).to_string(),
@@ -272,8 +280,8 @@ impl Controller {
             priority: rec.priority,
             requests: amounts(&rec.request),
             reason,
-            waiting_since: Some(rfc3339(rec.created_ms)),
-            estimated_start: self.estimates.start_of(&rec.key()).map(rfc3339),
+            waiting_since: Some(created),
+            estimated_start: self.estimates.start_of(key).map(rfc3339),
         }
     }
 
