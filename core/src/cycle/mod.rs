@@ -113,7 +113,7 @@ pub(crate) struct Pass<'a> {
     /// It did.
     pub borrowed: bool,
     /// Reserving heads of other queues that hold across.
-    pub holds: &'a mut crate::reserve::across::Holds,
+    pub holds: &'a mut crate::reserve::holds::Holds,
 }
 
 impl Core {

@@ -99,7 +99,7 @@ pub struct Core {
     pub(crate) now_ms: i64,
     /// Reserving heads that hold back the units of other queues
     /// (`reserve/across.rs`).
-    pub(crate) holds: crate::reserve::across::Holds,
+    pub(crate) holds: crate::reserve::holds::Holds,
 }
 
 impl Core {

@@ -12,6 +12,7 @@
 //! (EASY backfilling); without bounds nothing is.
 
 pub(crate) mod across;
+pub(crate) mod holds;
 
 use std::sync::Arc;
 
