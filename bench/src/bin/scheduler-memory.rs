@@ -291,6 +291,23 @@ async fn run(cli: Cli) -> Result<()> {
             listings.push(listing);
         }
     }
+    // The reference: the API server listing the same namespace's
+    // QueueUnits from its watch cache, with the same client — what a
+    // listing of that many objects costs on this machine without the
+    // aggregation layer and the scheduler.
+    let reference_path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns-0/queueunits";
+    let mut references = Vec::new();
+    for page_limit in [None, Some(500)] {
+        let listing = koord_queue_bench::visibility_listing::measure(
+            &admin_client,
+            reference_path,
+            page_limit,
+            cli.listings,
+        )
+        .await?;
+        println!("  {} (reference)", listing.line());
+        references.push(listing);
+    }
     let rss_after_listings = rss_of(pid, "VmRSS")?;
     scheduler.check_alive()?;
     scheduler.terminate(Duration::from_secs(15));
@@ -357,6 +374,10 @@ async fn run(cli: Cli) -> Result<()> {
         "  listings:    through the aggregation layer as an administrator (goal: a 10,000-unit Queue backlog, p99 ≤ 100 ms)"
     );
     for listing in &listings {
+        println!("               {}", listing.line());
+    }
+    println!("  reference:   the same namespace's QueueUnits listed by the API server itself");
+    for listing in &references {
         println!("               {}", listing.line());
     }
     println!(
