@@ -64,6 +64,11 @@ impl Runtimes {
         self.medians.get(queue).copied().or(self.cluster_median)
     }
 
+    /// Whether no runtime was learned yet.
+    pub fn is_empty(&self) -> bool {
+        self.cluster.0.is_empty()
+    }
+
     /// The queue's own median, if it has finished units.
     pub fn of_queue(&self, queue: &str) -> Option<i64> {
         self.medians.get(queue).copied()
@@ -78,6 +83,7 @@ mod tests {
     fn the_median_of_the_queue_else_of_the_cluster_else_unknown() {
         let mut r = Runtimes::default();
         assert_eq!(r.expected("a"), None);
+        assert!(r.is_empty());
         for ms in [10_000, 1_000_000, 20_000] {
             r.learn("a", ms);
         }

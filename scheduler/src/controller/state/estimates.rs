@@ -78,6 +78,19 @@ impl Controller {
             return;
         }
         self.estimates.pacing.started(generation);
+        // Without a runtime learned or a bound nothing ends in the
+        // simulation: it would only estimate the units that fit now, which
+        // the next cycle releases. A fresh cluster of 100,000 units skips
+        // the snapshot (a tenth of a second of the controller's time).
+        if self.estimates.runtimes.is_empty()
+            && !self.units.values().any(|st| st.rec.max_run_ms.is_some())
+        {
+            self.on_estimates(Ok(Estimates {
+                at_ms: self.now.wall_ms,
+                ..Estimates::default()
+            }));
+            return;
+        }
         let snapshot = self.estimate_snapshot();
         tokio::task::spawn_blocking(move || {
             let result = estimate::estimate(&settings, snapshot).map_err(|e| e.to_string());
