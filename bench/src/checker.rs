@@ -46,6 +46,22 @@ struct Unit {
     /// Times it was seen sent back by a preemption
     /// ([`sent_back_by_preemption`]).
     preemptions: usize,
+    /// When it was first seen, released first, seen Succeed: the API's
+    /// latencies the simulator models are measured from these
+    /// ([`Checker::unit_times`]).
+    times: UnitTimes,
+}
+
+/// When the watch saw a unit: created (first seen), first released (its
+/// `status.attempts` first rose) and Succeed (seconds since the start).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct UnitTimes {
+    /// First seen: the webhook created it.
+    pub seen: f64,
+    /// Its first release.
+    pub released: Option<f64>,
+    /// Seen Succeed: its job finished and the scheduler wrote so.
+    pub succeeded: Option<f64>,
 }
 
 /// Whether a unit's status says it was sent back by a preemption: in
@@ -239,10 +255,17 @@ impl Checker {
         let entry = st.units.entry(key.clone()).or_insert_with(|| Unit {
             leaf,
             job,
+            times: UnitTimes {
+                seen: t,
+                ..UnitTimes::default()
+            },
             ..Unit::default()
         });
         let mut pair = None;
         let released = !deleted && attempts > entry.attempts;
+        if released {
+            entry.times.released.get_or_insert(t);
+        }
         // Seen before, through one watch: every write in between was seen,
         // so attempts rise by one a release.
         let seen_through = entry.phase.is_some() && entry.seen_list == list;
@@ -288,6 +311,7 @@ impl Checker {
                 entry.preemptions += 1;
             }
             if p == QueueUnitPhase::Succeed {
+                entry.times.succeeded.get_or_insert(t);
                 st.succeeded += 1;
                 st.last_succeeded = t;
             }
@@ -386,6 +410,20 @@ impl Checker {
                 Some(pair)
             })
             .collect()
+    }
+
+    /// Each job's unit's times ([`UnitTimes`]), by the job's index in the
+    /// shape (`None`: its unit was never seen).
+    pub fn unit_times(&self) -> Vec<Option<UnitTimes>> {
+        let mut out = vec![None; self.shape.jobs.len()];
+        if let Ok(st) = self.state.lock() {
+            for u in st.units.values() {
+                if let Some(slot) = u.job.and_then(|j| out.get_mut(j)) {
+                    *slot = Some(u.times);
+                }
+            }
+        }
+        out
     }
 
     /// Units that reached Succeed.

@@ -219,6 +219,9 @@ impl Components {
         args.status_interval = options.status_interval;
         args.job_events = options.job_events;
         args.cycle_batch = options.cycle_batch;
+        if options.visibility {
+            args = koord_queue_tests::visibility::with_visibility(args, cp)?;
+        }
         let scheduler_stats = stats.clone();
         let scheduler = scheduler_rt
             .spawn(async move {
@@ -235,6 +238,9 @@ impl Components {
         )
         .await?;
         wait_for_queues(&admin, shape, Duration::from_secs(120)).await?;
+        if let Some(addr) = scheduler.visibility_addr {
+            koord_queue_tests::visibility::register(cp, addr.port()).await?;
+        }
         Ok(Self {
             scheduler_admin: scheduler.admin_addr,
             webhook_admin: webhook.admin_addr,

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::api_stats::{self, Component};
 use super::components::{SCHEDULER_PROCESS, WEBHOOK_PROCESS};
+use super::estimate_accuracy;
 use super::phase::{PhaseKind, PhaseResult};
 use super::plot::{self, Line, Panel};
 use super::report::{self, Distribution};
@@ -142,7 +143,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         .unwrap_or(0);
     let finished_suspended = r.timelines.iter().filter(|j| j.suspended_finished).count();
     let completed_suspended = r.timelines.iter().filter(|j| j.completed_suspended).count();
-    json!({
+    let mut phase = json!({
         "jobs": r.jobs,
         "wall_seconds": round(r.wall_seconds, 2),
         "creation_seconds": round(r.creation_seconds, 2),
@@ -203,6 +204,28 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "runtime_write_errors": r.runtime_errors.0,
         "runtime_last_error": r.runtime_errors.1,
         "load_average_at_start": r.load_before,
+    });
+    if let Some(samples) = &r.estimate_samples {
+        phase["estimate_accuracy"] = estimate_json(shape, r, samples);
+    }
+    phase
+}
+
+/// The start-time estimates' accuracy per class and what reading them
+/// cost (`--estimates-every`).
+fn estimate_json(shape: &Shape, r: &PhaseResult, samples: &estimate_accuracy::Samples) -> Value {
+    let by_class = estimate_accuracy::accuracy(
+        shape,
+        &r.timelines,
+        &samples.estimates,
+        estimate_accuracy::LEAD,
+    );
+    json!({
+        "definition": "per class, of the units whose estimatedStart was read (visibility API, through the aggregation layer) at least lead_s before their release: the median of |estimate - release| / (release - create); the estimate taken is the last one read at least lead_s before the release; release = the job seen unsuspended",
+        "lead_s": estimate_accuracy::LEAD,
+        "goal": "median_relative_error <= 0.25",
+        "by_class": by_class,
+        "reading_cost": estimate_accuracy::cost(samples),
     })
 }
 
@@ -458,6 +481,32 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
                     f(&d["max_s"]),
                     f(&d["first_release_mean_s"])
                 );
+            }
+            if let Some(by_class) = p["estimate_accuracy"]["by_class"].as_array() {
+                let cost = &p["estimate_accuracy"]["reading_cost"];
+                let _ = writeln!(
+                    out,
+                    "  start-time estimates read {} times (every {} s, {} pages; a reading p50 {} s, max {} s, {} failed):",
+                    cost["readings"],
+                    f(&cost["interval_s"]),
+                    cost["requests"],
+                    f(&cost["reading"]["p50_s"]),
+                    f(&cost["reading"]["max_s"]),
+                    cost["failed"]
+                );
+                for c in by_class {
+                    let _ = writeln!(
+                        out,
+                        "    {:<8} {} of {} released estimated >= 10 s before; median |error| / wait {} (p90 {}), median |error| {} s, signed {} s",
+                        c["class"].as_str().unwrap_or_default(),
+                        c["estimated_early"],
+                        c["released"],
+                        f(&c["median_relative_error"]),
+                        f(&c["p90_relative_error"]),
+                        f(&c["median_absolute_error_s"]),
+                        f(&c["median_signed_error_s"])
+                    );
+                }
             }
             let _ = writeln!(
                 out,

@@ -18,6 +18,9 @@ pub struct SchedulerOptions {
     pub cycle_batch: Duration,
     /// Root capacity in CPU; `None`: unlimited.
     pub root_cpu: Option<u32>,
+    /// Serve the visibility API, registered with the aggregation layer
+    /// (the run phase reads the start-time estimates through it).
+    pub visibility: bool,
 }
 
 /// The scheduler's plugin configuration: Priority, then ElasticQuota with

@@ -23,6 +23,9 @@ pub(super) async fn start(
     options: &SchedulerOptions,
     dir: Option<&Path>,
 ) -> Result<Components> {
+    if options.visibility {
+        bail!("reading the estimates through the visibility API needs --components in-process");
+    }
     let webhook_bin = member::binary(dir, WEBHOOK_PROCESS)?;
     let scheduler_bin = member::binary(dir, SCHEDULER_PROCESS)?;
     let admin = cp.client().await?;

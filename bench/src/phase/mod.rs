@@ -37,11 +37,15 @@ use koord_queue_tests::{ControlPlane, Tier};
 use self::system::{HeldWatch, System, kueue_install};
 use crate::api_stats::{self, ApiStats, Component, ServerRequests};
 use crate::components::Placement;
+use crate::estimate_accuracy::Sampler;
 use crate::floor::FloorWrites;
 use crate::kueue;
 use crate::runner::RuntimeOptions;
 use crate::scheduler_settings::SchedulerOptions;
 use crate::shape::Shape;
+
+/// Waiting units per page when the estimates are read (`kubectl get`'s).
+const ESTIMATE_PAGE: usize = 500;
 
 /// The phases (what each is: [`PhaseKind::spec`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +105,9 @@ pub struct PhaseConfig {
     /// Where the component processes' logs are copied at the end
     /// (`--logs-dir`; `None`: not kept).
     pub logs_dir: Option<PathBuf>,
+    /// Read the waiting units' start-time estimates through the visibility
+    /// API this often (`--estimates-every`; Koord-Queue's phases only).
+    pub estimates_every: Option<Duration>,
 }
 
 /// Runs one phase on a fresh control plane.
@@ -176,6 +183,18 @@ pub async fn run(
     );
     let runner = flow.runner().clone();
     let checker = HeldWatch::start(&spec, shape.clone(), runner_client, &runner, runner.t0());
+    // A plain client: its requests are not the run's own (their cost is
+    // reported apart), while the API server counts them as any.
+    let sampler = match config.estimates_every {
+        Some(every) if spec.system == QueueSystem::KoordQueue => Some(Sampler::start(
+            shape.clone(),
+            cp.client().await?,
+            runner.t0(),
+            every,
+            ESTIMATE_PAGE,
+        )),
+        _ => None,
+    };
     flow.arrive(&spec, creator, config.create_concurrency, null_scheduler)?;
     let n = shape.jobs.len();
     let started = Instant::now();
@@ -221,6 +240,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    let estimate_samples = sampler.map(Sampler::stop);
     let cpu_after = CpuSnapshot::take(&others);
     let peak_rss_kib = proc_stats::status_kib("self", "VmHWM");
     let client_requests = stats.snapshot();
@@ -253,6 +273,8 @@ pub async fn run(
         runtime_errors: runner.write_errors(),
         load_before,
         timelines: runner.timelines(),
+        unit_times: checker.unit_times(),
+        estimate_samples,
     };
     runner.stop();
     checker.stop();

@@ -59,6 +59,10 @@ pub struct PhaseResult {
     pub runtime_errors: (u64, Option<String>),
     /// Load average when the phase started.
     pub load_before: Option<[f64; 3]>,
+    /// Each job's QueueUnit's times (by job; empty for Kueue).
+    pub unit_times: Vec<Option<crate::checker::UnitTimes>>,
+    /// The start-time estimates read during the phase, when asked.
+    pub estimate_samples: Option<crate::estimate_accuracy::Samples>,
 }
 
 impl PhaseResult {

@@ -24,11 +24,14 @@ use crate::runner::Runner;
 use crate::shape::Shape;
 
 /// The scheduler's figures a phase reports.
-const SCHEDULER_METRICS: [&str; 4] = [
+const SCHEDULER_METRICS: [&str; 6] = [
     "koord_queue_scheduler_cycle_duration_seconds_count",
     "koord_queue_scheduler_cycle_duration_seconds_sum",
     "koord_queue_scheduler_dequeue_latency_seconds_count",
     "koord_queue_scheduler_dequeue_latency_seconds_sum",
+    // The start-time estimates' cost (off the decision path).
+    "koord_queue_scheduler_estimate_duration_seconds_count",
+    "koord_queue_scheduler_estimate_duration_seconds_sum",
 ];
 /// The scheduler's counters a phase reports by label: (metric, label).
 const SCHEDULER_LABELLED: [(&str, &str); 2] = [
@@ -229,6 +232,14 @@ impl HeldWatch {
         match self {
             Self::Units(c) => Some(c.preemptions()),
             Self::Workloads(_) => None,
+        }
+    }
+
+    /// Each job's QueueUnit's times (empty for Kueue's Workloads).
+    pub(super) fn unit_times(&self) -> Vec<Option<crate::checker::UnitTimes>> {
+        match self {
+            Self::Units(c) => c.unit_times(),
+            Self::Workloads(_) => Vec::new(),
         }
     }
 

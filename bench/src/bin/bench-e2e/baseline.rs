@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use koord_queue_bench::api_stats::ApiStats;
+use koord_queue_bench::fidelity;
 use koord_queue_bench::output;
 use koord_queue_bench::phase::{self, PhaseKind};
 use koord_queue_bench::rounds;
@@ -60,7 +61,21 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
         "source": start.source,
         "control_plane": "tier 1: etcd v3.6.16 + kube-apiserver v1.35.4 (built from source), loopback; webhook and scheduler in this process",
     });
-    let json = output::result_json(&shape, &start.command, settings, &results, &rounds, round);
+    let mut json = output::result_json(&shape, &start.command, settings, &results, &rounds, round);
+    if let (Some(dir), Some(run)) = (
+        &cli.trace_out,
+        results.iter().find(|r| r.kind == PhaseKind::Run),
+    ) {
+        json["fidelity"] = fidelity::write_and_compare(
+            dir,
+            &shape,
+            cli.queue_spec.as_ref(),
+            i64::try_from(cli.cycle_batch.as_millis()).unwrap_or(i64::MAX),
+            &run.timelines,
+            &run.unit_times,
+        )?;
+        print_fidelity(&json["fidelity"], dir);
+    }
     let subtitle = format!(
         "{} leaf quotas (min 20, max 120 CPU) under {} parents, root {} CPU; webhook + scheduler on a real kube-apiserver v1.35.4; {}",
         shape.leaves.len(),
@@ -86,4 +101,40 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
         .into_iter()
         .collect();
     Ok(passed("bench-e2e", &failures))
+}
+
+/// The comparison with the simulator in a few lines.
+fn print_fidelity(f: &serde_json::Value, dir: &std::path::Path) {
+    let num = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |v| format!("{v:.3}"));
+    eprintln!(
+        "fidelity: trace, objects and comparison in {}; latencies measured {}",
+        dir.display(),
+        f["latencies_measured"]
+    );
+    for (name, key) in [
+        ("no latency", "without_latency"),
+        ("measured latencies", "with_measured_latencies"),
+    ] {
+        let s = &f[key];
+        let classes: Vec<String> = s["by_class"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                format!(
+                    "{} {}/{} s ({})",
+                    c["name"].as_str().unwrap_or_default(),
+                    num(&c["simulated_mean_s"]),
+                    num(&c["observed_mean_s"]),
+                    num(&c["relative_error"])
+                )
+            })
+            .collect();
+        eprintln!(
+            "  simulated with {name}: mean time to release simulated/real {}; release order Spearman {}, waits {}",
+            classes.join(", "),
+            num(&s["release_order_spearman"]),
+            num(&s["wait_order_spearman"])
+        );
+    }
 }

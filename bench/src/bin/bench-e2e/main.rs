@@ -193,6 +193,20 @@ struct Cli {
     /// Fairness: jobs each tenant keeps created and not yet released.
     #[arg(long, default_value_t = 20)]
     backlog: usize,
+    /// The run phase: write its job stream as a simulator trace
+    /// (`trace.jsonl`, each job submitted at its create with the release
+    /// and finish seen) and the objects it used (`cluster.yaml`) into this
+    /// directory, simulate it with and without the API latencies measured
+    /// in the run, and write the comparison (`fidelity.json`,
+    /// `fidelity.svg`; also under `fidelity` in the result). Issue 40.
+    #[arg(long)]
+    trace_out: Option<PathBuf>,
+    /// The run phase: read every waiting unit's start-time estimate through
+    /// the visibility API (served by the in-process scheduler, through the
+    /// aggregation layer, pages of 500) this often, and report per class
+    /// how close they came to the releases (`estimate_accuracy`).
+    #[arg(long, value_parser = parse_duration)]
+    estimates_every: Option<Duration>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -253,6 +267,7 @@ impl Cli {
             job_events: self.job_events,
             cycle_batch: self.cycle_batch,
             root_cpu: None,
+            visibility: self.estimates_every.is_some(),
         }
     }
 
@@ -289,6 +304,7 @@ impl Cli {
             queue_spec: self.queue_spec.clone(),
             components: self.placement(kueue),
             logs_dir: self.logs_dir.clone(),
+            estimates_every: self.estimates_every,
         }
     }
 

@@ -1,0 +1,386 @@
+//! The simulator against the real system (issue 40): the run phase's job
+//! stream written as a simulator trace — the shape's jobs as the
+//! simulator's own importer makes them (`koord_queue_sim::import::shape`),
+//! each submitted when its create was sent and with the release and finish
+//! the job runtime saw (`observed`) — with the cluster objects the phase
+//! set up; the API's latencies measured from the run's own data; and the
+//! simulation of that trace, with and without those latencies, compared with
+//! what happened (the simulator's fidelity section).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use koord_queue_sim::cluster::Cluster;
+use koord_queue_sim::engine::{Latency, Settings};
+use koord_queue_sim::import::{objects::to_yaml, shape as shape_import};
+use koord_queue_sim::report::{self, Fidelity};
+use koord_queue_sim::trace::{Observed, TraceJob, write_trace};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::checker::UnitTimes;
+use crate::plot::{Line, Panel, render};
+use crate::report::percentile;
+use crate::runner::JobTimeline;
+use crate::shape::{CLASSES, Shape};
+
+fn ms(seconds: f64) -> i64 {
+    // Run times are minutes: far within range.
+    (seconds * 1000.0).round() as i64
+}
+
+/// The run as a trace, ordered by submission: each job of the shape that
+/// was created, submitted at its create (ms since the phase's start), with
+/// its first release and its finish as the job runtime saw them.
+pub fn trace(shape: &Shape, timelines: &[JobTimeline]) -> Vec<TraceJob> {
+    let mut jobs: Vec<TraceJob> = shape_import::trace(shape)
+        .into_iter()
+        .filter_map(|mut job| {
+            let i = shape.job_index(&job.namespace, job.name.as_deref()?)?;
+            let t = timelines.get(i)?;
+            job.submit_ms = ms(t.created?);
+            job.observed = Some(Observed {
+                release_ms: t.releases.first().map(|r| ms(*r)),
+                finish_ms: t.finished.map(ms),
+            });
+            Some(job)
+        })
+        .collect();
+    jobs.sort_by_key(|j| j.submit_ms);
+    jobs
+}
+
+/// The API's latencies as the simulator's [`Latency`] takes them, measured
+/// from one run (medians over its jobs, ms), with what each median was
+/// taken over.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Measured {
+    /// Job create sent → its QueueUnit seen by a watch (the webhook's
+    /// admission and unit create, the watch's delivery): `admit_ms`.
+    pub admit_ms: i64,
+    /// Jobs measured for `admit_ms`.
+    pub admit_jobs: usize,
+    /// The job's completion sent → seen by a watch (the scheduler's sees
+    /// it about as soon, and frees the quota): `free_ms`.
+    pub free_ms: i64,
+    /// Jobs measured for `free_ms`.
+    pub free_jobs: usize,
+    /// What a release holds beyond the runtime and `free_ms`: the unit seen
+    /// released → seen Succeed, less the runtime and that job's completion
+    /// round trip (jobs released once). It is the release write, its watch
+    /// delivery to the job's controller and the pods' start: `start_ms`.
+    pub start_ms: i64,
+    /// Jobs measured for `start_ms`.
+    pub start_jobs: usize,
+}
+
+impl Measured {
+    /// As the simulator's settings take them (eviction: a release's write
+    /// path, `start_ms`; a requeue adds nothing measured).
+    pub fn latency(&self) -> Latency {
+        Latency {
+            admit_ms: self.admit_ms,
+            start_ms: self.start_ms,
+            free_ms: self.free_ms,
+            evict_ms: self.start_ms,
+            requeue_ms: 0,
+        }
+    }
+}
+
+fn median_ms(mut v: Vec<f64>) -> (i64, usize) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (if n == 0 { 0 } else { ms(percentile(&v, 0.5)) }, n)
+}
+
+/// The latencies of a run: its jobs' `timelines` (the job runtime's) and
+/// their units' `units` (the QueueUnit watch's), by job.
+pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTimes>]) -> Measured {
+    let (mut admit, mut free, mut start) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, t) in timelines.iter().enumerate() {
+        let unit = units.get(i).copied().flatten();
+        if let (Some(created), Some(u)) = (t.created, unit) {
+            admit.push(u.seen - created);
+        }
+        let round_trip = match (t.completion_sent, t.finished) {
+            (Some(sent), Some(seen)) => Some(seen - sent),
+            _ => None,
+        };
+        free.extend(round_trip);
+        let runtime = shape.jobs.get(i).map(|j| j.runtime.as_secs_f64());
+        if let (Some(u), Some(trip), Some(runtime), 1) =
+            (unit, round_trip, runtime, t.releases.len())
+            && let (Some(released), Some(succeeded)) = (u.released, u.succeeded)
+        {
+            start.push(succeeded - released - runtime - trip);
+        }
+    }
+    let (admit_ms, admit_jobs) = median_ms(admit);
+    let (free_ms, free_jobs) = median_ms(free);
+    let (start_ms, start_jobs) = median_ms(start);
+    Measured {
+        admit_ms: admit_ms.max(0),
+        admit_jobs,
+        free_ms: free_ms.max(0),
+        free_jobs,
+        start_ms: start_ms.max(0),
+        start_jobs,
+    }
+}
+
+/// One simulation of the trace: its fidelity and each job's simulated
+/// release (ms, start latency included), in the trace's order.
+struct Simulated {
+    fidelity: Option<Fidelity>,
+    releases: Vec<Option<i64>>,
+    seconds: f64,
+}
+
+fn simulate(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Result<Simulated> {
+    let started = std::time::Instant::now();
+    let start_ms = settings.latency.start_ms;
+    let mut sim = koord_queue_sim::prepare(cluster, trace.iter().cloned().map(Ok), settings)?;
+    sim.run(None);
+    let fidelity = report::fidelity::of(&sim, start_ms);
+    let releases = sim
+        .outcomes()
+        .iter()
+        .map(|o| o.first_release_ms.map(|r| r + start_ms))
+        .collect();
+    Ok(Simulated {
+        fidelity,
+        releases,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Mean time to release per second of submission, for the plot.
+fn per_second(points: impl Iterator<Item = (i64, i64)>) -> Vec<(f64, f64)> {
+    let mut buckets: std::collections::BTreeMap<i64, (f64, usize)> = Default::default();
+    for (submit, release) in points {
+        let b = buckets.entry(submit.div_euclid(1000)).or_default();
+        b.0 += (release - submit) as f64 / 1000.0;
+        b.1 += 1;
+    }
+    buckets
+        .into_iter()
+        .map(|(s, (sum, n))| (s as f64 + 0.5, sum / n as f64))
+        .collect()
+}
+
+/// Per class: the mean time to release of the jobs submitted in each
+/// second, real and simulated (with and without the latencies).
+fn plot(trace: &[TraceJob], zero: &Simulated, measured: &Simulated, subtitle: &str) -> String {
+    let x_max = trace
+        .iter()
+        .map(|j| j.submit_ms as f64 / 1000.0)
+        .fold(1.0, f64::max);
+    let panels: Vec<Panel> = CLASSES
+        .iter()
+        .map(|class| {
+            let of_class = |j: &&TraceJob| j.priority_class.as_deref() == Some(class.name);
+            let real = per_second(
+                trace
+                    .iter()
+                    .filter(of_class)
+                    .filter_map(|j| Some((j.submit_ms, j.observed.as_ref()?.release_ms?))),
+            );
+            let simulated = |s: &Simulated| {
+                per_second(
+                    trace
+                        .iter()
+                        .zip(&s.releases)
+                        .filter(|(j, _)| of_class(j))
+                        .filter_map(|(j, r)| Some((j.submit_ms, (*r)?))),
+                )
+            };
+            Panel {
+                title: format!(
+                    "{} jobs: mean time to release by second of submission",
+                    class.name
+                ),
+                y_label: "s".into(),
+                lines: vec![
+                    Line {
+                        label: "real".into(),
+                        color: "#d62728",
+                        points: real,
+                        dashed: false,
+                    },
+                    Line {
+                        label: "simulated, measured latencies".into(),
+                        color: "#1f77b4",
+                        points: simulated(measured),
+                        dashed: false,
+                    },
+                    Line {
+                        label: "simulated, no latency".into(),
+                        color: "#7f7f7f",
+                        points: simulated(zero),
+                        dashed: true,
+                    },
+                ],
+            }
+        })
+        .collect();
+    render(
+        "The simulator against the real system: Kueue's baseline shape",
+        subtitle,
+        &panels,
+        x_max,
+    )
+}
+
+fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes the run phase's trace (`trace.jsonl`) and objects
+/// (`cluster.yaml`) into `dir`, simulates the trace with no latency and with
+/// the run's measured ones (the scheduler's `cycle_batch_ms`), and writes
+/// the comparison (`fidelity.json`, `fidelity.svg`); returns its JSON.
+pub fn write_and_compare(
+    dir: &Path,
+    shape: &Shape,
+    queue_spec: Option<&Value>,
+    cycle_batch_ms: i64,
+    timelines: &[JobTimeline],
+    units: &[Option<UnitTimes>],
+) -> Result<Value> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let jobs = trace(shape, timelines);
+    let mut text = Vec::new();
+    write_trace(&mut text, &jobs)?;
+    write(&dir.join("trace.jsonl"), text)?;
+    let yaml = to_yaml(&shape_import::objects(shape, 1.0, queue_spec))?;
+    write(&dir.join("cluster.yaml"), &yaml)?;
+    let cluster = Cluster::from_yaml(&[yaml])?;
+    let measured = measure(shape, timelines, units);
+    let settings = |latency: Latency| Settings {
+        cycle_batch_ms,
+        latency,
+        ..Settings::default()
+    };
+    let zero = simulate(&cluster, &jobs, settings(Latency::default()))?;
+    let with = simulate(&cluster, &jobs, settings(measured.latency()))?;
+    let l = measured.latency();
+    let command = format!(
+        "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms",
+        l.admit_ms,
+        l.start_ms,
+        l.free_ms,
+        l.evict_ms,
+        dir = dir.display()
+    );
+    let json = json!({
+        "jobs": jobs.len(),
+        "latencies_measured": measured,
+        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0",
+        "simulate_command": command,
+        "with_measured_latencies": with.fidelity,
+        "without_latency": zero.fidelity,
+        "simulation_seconds": [zero.seconds, with.seconds],
+        "goals": "per class |relative error| of the mean time to release ≤ 0.15; release order Spearman ≥ 0.9",
+    });
+    write(
+        &dir.join("fidelity.json"),
+        serde_json::to_string_pretty(&json)? + "\n",
+    )?;
+    let subtitle = format!(
+        "{} jobs; latencies measured in the run: admit {} ms, start {} ms, free {} ms",
+        jobs.len(),
+        l.admit_ms,
+        l.start_ms,
+        l.free_ms
+    );
+    write(
+        &dir.join("fidelity.svg"),
+        plot(&jobs, &zero, &with, &subtitle),
+    )?;
+    Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::{measure, trace};
+    use crate::checker::UnitTimes;
+    use crate::runner::JobTimeline;
+    use crate::shape::Shape;
+
+    #[test]
+    fn the_trace_is_the_importers_stream_at_the_real_times() {
+        let shape = Shape::new("t", 60, 30, 5).unwrap();
+        let mut timelines = vec![JobTimeline::default(); shape.jobs.len()];
+        // Job 1 created first, job 0 after it and released; the rest never.
+        timelines[0].created = Some(2.5);
+        timelines[0].releases = vec![3.0, 9.0];
+        timelines[0].finished = Some(10.25);
+        timelines[1].created = Some(1.0);
+        let t = trace(&shape, &timelines);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].name.as_deref(), Some(shape.jobs[1].name.as_str()));
+        assert_eq!((t[0].submit_ms, t[1].submit_ms), (1000, 2500));
+        let observed = t[1].observed.clone().unwrap();
+        assert_eq!(
+            (observed.release_ms, observed.finish_ms),
+            (Some(3000), Some(10_250))
+        );
+        assert_eq!(t[0].observed.clone().unwrap().release_ms, None);
+        // Sizes, classes and quotas are the importer's.
+        let imported = koord_queue_sim::import::shape::trace(&shape);
+        let same = imported
+            .iter()
+            .find(|j| j.name == t[1].name && j.namespace == t[1].namespace)
+            .unwrap();
+        assert_eq!(same.pod_sets, t[1].pod_sets);
+        assert_eq!(same.quota, t[1].quota);
+    }
+
+    #[test]
+    fn latencies_are_medians_of_the_runs_own_times() {
+        let shape = Shape::new("t", 90, 30, 5).unwrap();
+        let n = shape.jobs.len();
+        let mut timelines = vec![JobTimeline::default(); n];
+        let mut units = vec![None; n];
+        for i in 0..3 {
+            let runtime = shape.jobs[i].runtime.as_secs_f64();
+            let k = i as f64;
+            let t = &mut timelines[i];
+            t.created = Some(10.0);
+            t.releases = vec![20.0];
+            t.completion_sent = Some(20.0 + runtime);
+            // Completion round trips 0.1, 0.2, 0.3 s.
+            t.finished = Some(20.0 + runtime + 0.1 * (k + 1.0));
+            units[i] = Some(UnitTimes {
+                // Admission 0.05, 0.15, 0.25 s.
+                seen: 10.05 + 0.1 * k,
+                released: Some(19.9),
+                // Held runtime + round trip + 0.4 s.
+                succeeded: Some(19.9 + runtime + 0.1 * (k + 1.0) + 0.4),
+            });
+        }
+        // A job released twice counts for the admission and the free
+        // latency, not for the start.
+        let t = &mut timelines[3];
+        t.created = Some(0.0);
+        t.releases = vec![1.0, 30.0];
+        t.completion_sent = Some(31.0);
+        t.finished = Some(31.2);
+        units[3] = Some(UnitTimes {
+            seen: 0.15,
+            released: Some(1.0),
+            succeeded: Some(40.0),
+        });
+        let m = measure(&shape, &timelines, &units);
+        assert_eq!((m.admit_ms, m.admit_jobs), (150, 4));
+        assert_eq!((m.free_ms, m.free_jobs), (200, 4));
+        assert_eq!((m.start_ms, m.start_jobs), (400, 3));
+        let l = m.latency();
+        assert_eq!((l.admit_ms, l.start_ms, l.free_ms), (150, 400, 200));
+        assert!(shape.jobs[0].runtime > Duration::ZERO);
+    }
+}
