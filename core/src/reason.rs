@@ -129,6 +129,26 @@ pub enum WaitReason {
         /// The pause, to wake the unit when it ends.
         blocker: Blocker,
     },
+    /// The unit would fit, but it borrows and was sent back (reclaimed,
+    /// preempted or taken for fair sharing) so many times already that it
+    /// borrows again only while the cluster is idle (less than half of the
+    /// capacity of what it borrows in use): in a busy cluster it would be
+    /// the next victim of a guaranteed unit once more. Within its quota's
+    /// min it runs at once (issue 44: one unit was sent back 8 times).
+    SentBackTooOften {
+        /// How many times it was sent back.
+        times: u32,
+        /// The unit's quota (`None`: the unit has no quota, so no min).
+        quota: Option<Arc<str>>,
+        /// The resource it borrows, the cluster's use of it and its capacity.
+        resource: Arc<str>,
+        used: i64,
+        capacity: i64,
+        /// The capacity, with the room at which the cluster is idle: the
+        /// unit is looked at again then.
+        blocker: Blocker,
+        need: i64,
+    },
     /// The cluster capacity would be exceeded.
     Capacity {
         /// The resource and figures.
@@ -231,6 +251,9 @@ impl WaitReason {
         if let Self::BorrowingPaused { blocker, .. } = self {
             // The pause has room 0 while it lasts and unlimited room after.
             return Some((*blocker, 1));
+        }
+        if let Self::SentBackTooOften { blocker, need, .. } = self {
+            return Some((*blocker, *need));
         }
         self.shortfall().map(|s| (s.blocker, s.requested))
     }
@@ -381,6 +404,26 @@ impl fmt::Display for WaitReason {
                     " (within its guaranteed min; other quotas borrow {r} {} beyond their min, but reclaim is off for queue {queue})",
                     format_amount(r, *borrowed_by_others)
                 )
+            }
+            Self::SentBackTooOften {
+                times,
+                quota,
+                resource,
+                used,
+                capacity,
+                ..
+            } => {
+                let r = &**resource;
+                write!(
+                    f,
+                    "sent back {times} times already (reclaimed or preempted): it borrows again only while the cluster is idle, so as not to be sent back once more — {r} {}/{} used in the cluster, it waits until under half",
+                    format_amount(r, *used),
+                    format_amount(r, *capacity),
+                )?;
+                match quota {
+                    Some(q) => write!(f, "; within quota {q}'s min it runs at once"),
+                    None => Ok(()),
+                }
             }
             Self::BorrowingPaused {
                 quota,

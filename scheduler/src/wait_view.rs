@@ -21,7 +21,10 @@ pub fn wait_type(reason: &WaitReason) -> WaitType {
         WaitReason::BlockedBehind { .. } => WaitType::BehindHead,
         WaitReason::Reclaiming { .. } => WaitType::Reclaiming,
         WaitReason::Preempting { .. } => WaitType::Preempting,
-        WaitReason::BorrowingPaused { .. } => WaitType::BorrowingPaused,
+        // Both hold back a unit that fits only because it would borrow.
+        WaitReason::BorrowingPaused { .. } | WaitReason::SentBackTooOften { .. } => {
+            WaitType::BorrowingPaused
+        }
         WaitReason::ReclaimOff { .. } => WaitType::ReclaimOff,
         WaitReason::NoQueue
         | WaitReason::QueueMissing { .. }
@@ -69,6 +72,12 @@ pub fn view(reason: &WaitReason) -> WaitReasonView {
         } => {
             out.resource = Some(resource.to_string());
             out.quota = scope.as_deref().map(str::to_string);
+        }
+        WaitReason::SentBackTooOften {
+            resource, quota, ..
+        } => {
+            out.resource = Some(resource.to_string());
+            out.quota = quota.as_deref().map(str::to_string);
         }
         WaitReason::QueueMissing { queue } | WaitReason::QueueStopped { queue } => {
             out.quota = Some(queue.to_string());

@@ -111,7 +111,13 @@ impl Pass<'_> {
     /// Records that queue `q` has a unit judged to borrow in its quota, to
     /// look at it again if the quota gets room under its min.
     fn watch(&mut self, q: QueueId, id: UnitId, reason: &WaitReason) {
-        if !self.reclaim_on || !reason.is_quota_limit() || reason.is_guaranteed() {
+        let borrows = if matches!(reason, WaitReason::SentBackTooOften { .. }) {
+            // Held back while it borrows: within its min it runs at once.
+            true
+        } else {
+            self.reclaim_on && reason.is_quota_limit() && !reason.is_guaranteed()
+        };
+        if !borrows {
             return;
         }
         let Some(quota) = self.units.get(id).and_then(|u| u.quota) else {

@@ -33,7 +33,7 @@ impl Pass<'_> {
         }
         self.out.stats.filter_runs += 1;
         match self.framework.filter(&u.as_ref(), self.state) {
-            Ok(()) => match self.paused(id) {
+            Ok(()) => match self.paused(id).or_else(|| self.sent_back_too_often(id)) {
                 Some(reason) => Verdict::Blocked(reason),
                 None => Verdict::Fits,
             },
@@ -44,8 +44,16 @@ impl Pass<'_> {
     /// Whether a unit still stopped by the limit of its earlier verdict
     /// must be judged afresh because it may reclaim now: its queue reclaims
     /// again, or it was judged to borrow and its quota has room under its
-    /// min again (it may be guaranteed now).
+    /// min again (it may be guaranteed now; so too for a unit held back for
+    /// having been sent back too often, which waits only while it borrows).
     fn may_reclaim_now(&self, u: &UnitEntry, r: &WaitReason) -> bool {
+        if matches!(r, WaitReason::SentBackTooOften { .. }) {
+            // Held back only while it borrows: within its min now, it runs.
+            return self
+                .state
+                .quotas
+                .is_guaranteed_projected(u.quota, &u.request);
+        }
         if !self.reclaim_on {
             return false;
         }

@@ -21,6 +21,7 @@ impl Core {
             .victims
             .remove(&id)
             .ok_or_else(|| CoreError::NotReclaimed(key.to_string()))?;
+        self.reclaim.unnote_sent_back(key);
         if let Some(u) = self.units.get(id)
             && let Some((amount, _)) = u.holding()
         {
@@ -172,12 +173,12 @@ impl Core {
     /// such a unit's job ended or was deleted).
     fn forget_old_preemptions(&mut self) {
         const GONE_MS: i64 = 3_600_000;
-        if self.reclaim.preempted_times.is_empty() {
+        if self.reclaim.sent_back_times.is_empty() {
             return;
         }
         let now = self.now_ms;
         let units = &self.units;
-        self.reclaim.preempted_times.retain(|key, (_, last)| {
+        self.reclaim.sent_back_times.retain(|key, (_, last)| {
             units.lookup(key).is_some() || now.saturating_sub(*last) < GONE_MS
         });
     }

@@ -98,9 +98,13 @@ impl Pass<'_> {
                 let Some((amount, since)) = v.holding() else {
                     continue;
                 };
-                if since.seq >= self.reclaim.cycle_start || self.displaced_by(key.id, id) {
+                if since.seq >= self.reclaim.cycle_start
+                    || self.displaced_by(key.id, id)
+                    || self.preempted_enough(&v.key)
+                {
                     // Released by this cycle (by the fair round's own order),
-                    // or it displaced this unit before.
+                    // it displaced this unit before, or it was sent back as
+                    // often as its life allows (fair sharing is no guarantee).
                     continue;
                 }
                 if now_ms.saturating_sub(since.ms) < min_run_ms {

@@ -44,6 +44,7 @@ mod calls;
 mod fair;
 mod pick;
 mod preempt;
+mod sent_back;
 mod siblings;
 pub(crate) mod state;
 
@@ -322,28 +323,30 @@ impl Pass<'_> {
             if !self.may_cover(path, &deficits) {
                 return Outcome::Impossible(reason);
             }
-            // What a reserving head of higher priority was released into
-            // is spared while others can make room; the min stays a
-            // guarantee, so it is taken when nothing else would do.
+            // What a reserving head of higher priority was released into,
+            // and a unit sent back twice already, are spared while others
+            // can make room; the min stays a guarantee, so they are taken
+            // when nothing else would do — a head before such a unit: a
+            // head is sent back once, the other a third time.
             let priority = u.priority;
             let mut none = None;
-            let first = Eligible::Reclaim {
-                priority,
-                spare_heads: true,
-            };
-            let mut tried = deficits.clone();
-            match self.pick(id, path, &mut tried, &first, &mut none) {
-                Some(picks) => picks,
-                None => {
-                    let any = Eligible::Reclaim {
-                        priority,
-                        spare_heads: false,
-                    };
-                    match self.pick(id, path, &mut deficits, &any, &mut none) {
-                        Some(picks) => picks,
-                        None => return Outcome::Impossible(reason),
-                    }
+            let tiers = [(true, true), (false, true), (false, false)];
+            let mut found = None;
+            for (spare_heads, spare_sent_back) in tiers {
+                let rule = Eligible::Reclaim {
+                    priority,
+                    spare_heads,
+                    spare_sent_back,
+                };
+                let mut tried = deficits.clone();
+                if let Some(picks) = self.pick(id, path, &mut tried, &rule, &mut none) {
+                    found = Some(picks);
+                    break;
                 }
+            }
+            match found {
+                Some(picks) => picks,
+                None => return Outcome::Impossible(reason),
             }
         };
         self.commit(id, reason, picks, pauses, Taking::Borrowed)
@@ -472,6 +475,7 @@ impl Pass<'_> {
             return;
         };
         self.reclaim.unlist(&self.state.quotas, v, u);
+        self.reclaim.note_sent_back(&u.key, self.now_ms);
         self.reclaim.victims.insert(v, waiting);
         self.state.quotas.mark_reclaiming(u.quota, amount, true);
         if let Some(q) = u.quota {
@@ -494,6 +498,7 @@ impl Pass<'_> {
             for_unit: for_key,
             for_quota,
             kind,
+            times: self.reclaim.sent_back(&u.key),
         });
     }
 

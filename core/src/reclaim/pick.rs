@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::Deficit;
-use super::state::{Eligible, Source, VictimKey};
+use super::state::{Eligible, SPARED_AFTER, Source, VictimKey};
 use crate::cycle::Pass;
 use crate::ids::{QuotaId, ResId, UnitId};
 use crate::units::UnitEntry;
@@ -263,15 +263,17 @@ impl Pass<'_> {
             Eligible::Reclaim {
                 priority,
                 spare_heads,
-            } => !(spare_heads && v.released_reserving && v.priority > priority),
+                spare_sent_back,
+            } => {
+                let head = v.released_reserving && v.priority > priority;
+                let churned = self.reclaim.sent_back(&v.key) >= SPARED_AFTER;
+                let spared = (spare_heads && head) || (spare_sent_back && churned);
+                !spared
+            }
             Eligible::Preempt(rule) => {
                 if !rule.allows(v.priority, v.created_ms)
                     || self.displaced_by(vid, rule.by)
-                    || self
-                        .reclaim
-                        .preempted_times
-                        .get(&v.key)
-                        .is_some_and(|(n, _)| *n >= rule.max_per_unit)
+                    || self.reclaim.sent_back(&v.key) >= rule.max_per_unit
                 {
                     return false;
                 }

@@ -218,26 +218,17 @@ impl Pass<'_> {
         recent.len() >= usize::try_from(cap).unwrap_or(usize::MAX)
     }
 
-    /// Whether the unit of `key` was preempted as often as its life allows.
+    /// Whether the unit of `key` was sent back (preempted, reclaimed or
+    /// taken for fair sharing) as often as a preemption allows in its life.
     pub(super) fn preempted_enough(&self, key: &str) -> bool {
-        self.reclaim
-            .preempted_times
-            .get(key)
-            .is_some_and(|(n, _)| *n >= self.preemption.max_per_unit())
+        self.reclaim.sent_back(key) >= self.preemption.max_per_unit()
     }
 
+    /// Records a preemption's victims for the per-minute cap and against
+    /// swapping back (their send-backs are counted as they are taken,
+    /// `Pass::mark_victim`).
     pub(super) fn record_preemption(&mut self, id: UnitId, leaf: QuotaId, picks: &[UnitId]) {
         let now = self.now_ms;
-        for v in picks {
-            if let Some(u) = self.units.get(*v) {
-                let n = self
-                    .reclaim
-                    .preempted_times
-                    .entry(std::sync::Arc::clone(&u.key))
-                    .or_insert((0, now));
-                *n = (n.0.saturating_add(1), now);
-            }
-        }
         self.reclaim
             .preempted_at
             .entry(leaf)

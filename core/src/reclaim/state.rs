@@ -34,6 +34,8 @@ pub struct Reclaim {
     pub for_quota: Arc<str>,
     /// Why it is taken back.
     pub kind: ReclaimKind,
+    /// How many times it has been sent back, this time included.
+    pub times: u32,
 }
 
 /// Why a unit gives its quota back.
@@ -62,11 +64,18 @@ pub enum ReclaimKind {
 /// Which holding units a plan may take, besides the rules of reclaim.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Eligible {
-    /// Any (reclaim for a guaranteed unit of priority `.0`): a unit released
-    /// as a reserving head of higher priority is taken only when nothing
-    /// else makes room (what a head was promised is not taken back for a
-    /// unit of lower priority, unless the min needs it).
-    Reclaim { priority: i32, spare_heads: bool },
+    /// Any (reclaim for a guaranteed unit of `priority`), but with
+    /// `spare_heads` not a unit released as a reserving head of higher
+    /// priority (what a head was promised is not taken back for a unit of
+    /// lower priority), with `spare_sent_back` not one sent back
+    /// [`SPARED_AFTER`] times already (no churn of one unit). A plan first
+    /// tries sparing both, and takes them only when nothing else makes
+    /// room: the min stays a guarantee.
+    Reclaim {
+        priority: i32,
+        spare_heads: bool,
+        spare_sent_back: bool,
+    },
     /// Preemption's victims ([`VictimRule`]).
     Preempt(VictimRule),
 }
@@ -145,8 +154,16 @@ impl Reclaim {
             Some(q) => format!("quota {q} uses more than its min"),
             None => "it is charged to no quota, so nothing of it is guaranteed".to_string(),
         };
+        let again = if self.times > SPARED_AFTER {
+            format!(
+                "; sent back {} times now: a unit sent back {SPARED_AFTER} times is taken only when nothing else frees a guaranteed min",
+                self.times
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "reclaimed: {why}, and {} needs the resources within the guaranteed min of quota {}",
+            "reclaimed: {why}, and {} needs the resources within the guaranteed min of quota {}{again}",
             self.for_unit, self.for_quota
         )
     }
@@ -332,12 +349,22 @@ pub(crate) struct ReclaimState {
     /// Units that could preempt once a victim has run its minimum time: the
     /// earliest such time per unit (looked at again then).
     pub preempt_later: HashMap<UnitId, i64, IdHash>,
-    /// Times each unit was preempted, and when last (ms), by key: a unit is
-    /// preempted at most `Preemption::max_per_unit` times in its life. The
-    /// key outlives the unit's absence from the core during its backoff;
-    /// an entry whose unit has been gone an hour is dropped (its job ended).
-    pub preempted_times: HashMap<Arc<str>, (u32, i64)>,
+    /// Times each unit was sent back (reclaimed, preempted or taken for
+    /// fair sharing), and when last (ms), by key. Preemption and fair
+    /// sharing never take a unit sent back `Preemption::max_per_unit` times,
+    /// and reclaim for a guaranteed unit takes one only when nothing else
+    /// makes room (the min stays a guarantee). The key outlives the unit's
+    /// absence from the core during its backoff; an entry whose unit has
+    /// been gone an hour is dropped (its job ended).
+    pub sent_back_times: HashMap<Arc<str>, (u32, i64)>,
 }
+
+/// Send-backs after which reclaim for a guaranteed unit spares a unit while
+/// others can make room (issue 44: the last released is the first victim,
+/// so a unit back from its backoff was the next one taken, up to 8 times in
+/// the simulator). Preemption's default cap, so that no unit is sent back
+/// more than twice unless a min needs it.
+pub(crate) const SPARED_AFTER: u32 = koord_queue_model::Preemption::DEFAULT_MAX_PER_UNIT;
 
 impl ReclaimState {
     /// The stamp of a release happening now.
@@ -375,6 +402,28 @@ impl ReclaimState {
         (self.stale && !self.retry.is_empty())
             || !self.room_check.is_empty()
             || !self.touch.is_empty()
+    }
+
+    /// How many times the unit of `key` was sent back.
+    pub fn sent_back(&self, key: &str) -> u32 {
+        self.sent_back_times.get(key).map_or(0, |(n, _)| *n)
+    }
+
+    /// Counts a send-back of the unit of `key` at `now_ms`.
+    pub fn note_sent_back(&mut self, key: &Arc<str>, now_ms: i64) {
+        let n = self
+            .sent_back_times
+            .entry(Arc::clone(key))
+            .or_insert((0, now_ms));
+        *n = (n.0.saturating_add(1), now_ms);
+    }
+
+    /// Takes back the count of a send-back that was not done (its write
+    /// failed: the unit kept running).
+    pub fn unnote_sent_back(&mut self, key: &str) {
+        if let Some(n) = self.sent_back_times.get_mut(key) {
+            n.0 = n.0.saturating_sub(1);
+        }
     }
 
     /// Forgets the plan of `id`: its request is no longer promised and the
