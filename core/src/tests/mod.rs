@@ -9,10 +9,12 @@ mod preemption;
 mod preemption_siblings;
 mod property;
 mod property_reserve;
+mod property_siblings;
 mod quota;
 mod reclaim;
 mod reserving;
 mod reserving_across;
+mod sent_back;
 
 use koord_queue_model::{QueuePolicy, Resources};
 
