@@ -175,7 +175,10 @@ fn plot(trace: &[TraceJob], zero: &Simulated, measured: &Simulated, subtitle: &s
     let x_max = trace
         .iter()
         .map(|j| j.submit_ms as f64 / 1000.0)
-        .fold(1.0, f64::max);
+        .fold(1.0, f64::max)
+        .ceil()
+        // The last second's point sits in its middle.
+        + 1.0;
     let panels: Vec<Panel> = CLASSES
         .iter()
         .map(|class| {
