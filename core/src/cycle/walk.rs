@@ -87,6 +87,10 @@ impl Pass<'_> {
                 .drop_plan(id, &mut self.state.quotas, self.relaxed);
         }
         self.reclaim.retry.remove(&id);
+        // Released, it no longer waits for a victim's minimum run time: a
+        // due time left behind would wake the controller (and end the
+        // simulator's run) for nothing.
+        self.reclaim.preempt_later.remove(&id);
         let since = self.reclaim.now_at(self.now_ms);
         let Some(u) = self.units.get_mut(id) else {
             return;

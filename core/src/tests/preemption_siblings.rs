@@ -162,3 +162,19 @@ fn a_unit_is_preempted_at_most_twice_in_its_life() {
         }
     }
 }
+
+#[test]
+fn a_unit_released_otherwise_no_longer_waits_for_the_minimum_run_time() {
+    let mut c = tree(PreemptionPolicy::LowerPriority, 60_000);
+    full(&mut c);
+    c.upsert_unit(&unit("ns", "hero", "a", 1).with_priority(100).created_at(10))
+        .unwrap();
+    assert!(c.run_cycle().reclaims.is_empty());
+    assert_eq!(c.next_preemption_due(), Some(1_060_000));
+    // b-3 ends: hero fits without a victim, and nothing is due any more
+    // (the controller would wake for nothing, the simulator's run would
+    // end a minute late).
+    c.remove_unit("ns/b-3");
+    assert_eq!(released(&c.run_cycle()), ["ns/hero"]);
+    assert_eq!(c.next_preemption_due(), None);
+}
