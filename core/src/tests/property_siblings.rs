@@ -10,9 +10,9 @@
 //! - no max is exceeded at any level of the tree, nor the capacity,
 //!   recomputed from the held units (victims in flight included: they
 //!   hold until freed);
-//! - no min is broken by a preemption: every quota that lost a unit to a
-//!   preemption (and is not on the preemptor's path) keeps at least its
-//!   min once every victim in flight is gone;
+//! - no min is broken by a preemption: every quota a preemption took from
+//!   (below the one it shares with the preemptor) keeps at least its min
+//!   once that preemption's victims and every victim taken before are gone;
 //! - no unit is preempted by a unit it displaced, nor preempted once it
 //!   was sent back `maxPerUnit` times (reclaim for a guaranteed unit may
 //!   still take it, as the min stays a guarantee, and its message says so);
@@ -251,15 +251,11 @@ impl Model {
         [2 + leaf, LEAVES[leaf].1]
     }
 
-    /// Cpu held under each quota and the root; with `kept`, less what the
-    /// victims in flight hold.
-    fn usage(&self, kept: bool) -> ([i64; 7], i64) {
+    /// Cpu held under each quota and the root (victims in flight too).
+    fn usage(&self) -> ([i64; 7], i64) {
         let mut q = [0i64; 7];
         let mut root = 0;
         for key in self.held.keys() {
-            if kept && self.in_flight.contains_key(key) {
-                continue;
-            }
             let u = &self.units[key];
             for a in Self::path(u.leaf) {
                 q[a] += u.cpu;
@@ -399,9 +395,10 @@ impl Model {
         Ok(())
     }
 
+    /// Checks a cycle's victims in the order they were taken and records
+    /// them as in flight.
     fn take_reclaims(&mut self, out: &CycleOutput) -> Result<(), TestCaseError> {
-        let mut preempted_from: BTreeSet<(usize, usize)> = BTreeSet::new();
-        for r in &out.reclaims {
+        for (i, r) in out.reclaims.iter().enumerate() {
             let (victim, by) = (r.victim.to_string(), r.for_unit.to_string());
             prop_assert!(self.held.contains_key(&victim), "took {victim}, not held");
             prop_assert!(
@@ -418,33 +415,58 @@ impl Model {
                     r.message()
                 );
             }
-            if let ReclaimKind::Preempted { .. } = r.kind {
-                prop_assert!(
-                    !self.displaced.contains(&(victim.clone(), by.clone())),
-                    "{by} preempted {victim}, which it had displaced"
-                );
-                prop_assert!(
-                    before < MAX_PER_UNIT,
-                    "{victim} preempted after {before} send-backs"
-                );
-                self.displaced.insert((by.clone(), victim.clone()));
-                let (v, p) = (self.units[&victim].leaf, self.units[&by].leaf);
-                preempted_from.insert((v, p));
+            let ReclaimKind::Preempted { .. } = r.kind else {
+                continue;
+            };
+            prop_assert!(
+                !self.displaced.contains(&(victim.clone(), by.clone())),
+                "{by} preempted {victim}, which it had displaced"
+            );
+            prop_assert!(
+                before < MAX_PER_UNIT,
+                "{victim} preempted after {before} send-backs"
+            );
+            self.displaced.insert((by.clone(), victim.clone()));
+            let last_of_preemption = out.reclaims.get(i + 1).is_none_or(|n| {
+                *n.for_unit != *r.for_unit || !matches!(n.kind, ReclaimKind::Preempted { .. })
+            });
+            if last_of_preemption {
+                self.assert_min_kept(out, i)?;
             }
         }
-        // No min broken by a preemption: the victim's quotas below the one
-        // it shares with the preemptor keep their min once every victim in
-        // flight is gone.
-        let (kept, _) = self.usage(true);
-        for (v, p) in preempted_from {
-            let shared = Self::path(p);
-            for a in Self::path(v) {
+        Ok(())
+    }
+
+    /// No min broken by a preemption: once the victims up to the `i`-th
+    /// of the cycle (a preemption's last) are gone, with every victim
+    /// taken before, each quota it took from below the one it shares with
+    /// the preemptor keeps its min. (A reclaim for a guaranteed unit later
+    /// in the cycle may take more: reclaim takes while a quota is above its
+    /// min, whole units.)
+    fn assert_min_kept(&self, out: &CycleOutput, i: usize) -> Result<(), TestCaseError> {
+        let later: BTreeSet<&str> = out.reclaims[i + 1..].iter().map(|r| &*r.victim).collect();
+        let mut kept = [0i64; 7];
+        for key in self.held.keys() {
+            if self.in_flight.contains_key(key) && !later.contains(key.as_str()) {
+                continue;
+            }
+            for a in Self::path(self.units[key].leaf) {
+                kept[a] += self.units[key].cpu;
+            }
+        }
+        let by = &*out.reclaims[i].for_unit;
+        let shared = Self::path(self.units[by].leaf);
+        for r in out.reclaims[..=i].iter().rev() {
+            if &*r.for_unit != by || !matches!(r.kind, ReclaimKind::Preempted { .. }) {
+                break;
+            }
+            for a in Self::path(self.units[&*r.victim].leaf) {
                 if shared.contains(&a) {
                     break;
                 }
                 prop_assert!(
                     kept[a] >= self.tree.min[a] * 1000,
-                    "a preemption took quota {a} to {} m, below its min {}",
+                    "preempting for {by} took quota {a} to {} m, below its min {}",
                     kept[a],
                     self.tree.min[a]
                 );
@@ -454,7 +476,7 @@ impl Model {
     }
 
     fn assert_max(&self) -> Result<(), TestCaseError> {
-        let (used, root) = self.usage(false);
+        let (used, root) = self.usage();
         for (a, u) in used.iter().enumerate() {
             prop_assert!(
                 *u <= self.tree.max[a] * 1000,
@@ -469,7 +491,7 @@ impl Model {
     /// A unit held back for its send-backs was sent back twice, and the
     /// cluster is busy.
     fn assert_held_back(&self, core: &Core) -> Result<(), TestCaseError> {
-        let (_, root) = self.usage(false);
+        let (_, root) = self.usage();
         for key in &self.waiting {
             if let Some(WaitReason::SentBackTooOften { times, .. }) = core.reason(key) {
                 let n = self.sent_back.get(key).copied().unwrap_or(0);
