@@ -45,10 +45,18 @@ impl Simulation {
             Kind::Cycle => self.cycle(),
             Kind::Tick => {
                 self.tick_due = None;
-                self.room_free_returns();
+                let returned = self.room_free_returns();
                 match self.next_due() {
                     Some(due) if due <= self.now => self.request_cycle(),
-                    Some(due) => self.schedule_tick(due),
+                    Some(due) => {
+                        self.schedule_tick(due);
+                        if !returned {
+                            return;
+                        }
+                    }
+                    // A tick that finds nothing to do (its due time went
+                    // with a unit released otherwise) is not the run's end.
+                    None if !returned => return,
                     None => {}
                 }
             }
@@ -69,9 +77,10 @@ impl Simulation {
     /// At a housekeeping tick, as the controller's (`decide.rs`): a job a
     /// reclaim or preemption sent back returns at once when the core says
     /// its room is free; while some still back off, the next tick looks
-    /// again.
-    fn room_free_returns(&mut self) {
+    /// again. Whether a job returned.
+    fn room_free_returns(&mut self) -> bool {
         let mut waiting = std::mem::take(&mut self.backoff);
+        let mut returned = false;
         waiting.retain(|&i| {
             if self.phase[i as usize] != Phase::Backoff {
                 return false;
@@ -79,6 +88,7 @@ impl Simulation {
             let job = &self.jobs[i as usize];
             if self.core.has_room_for(job.quota.as_deref(), &job.request) {
                 self.back_in_queue(i);
+                returned = true;
                 return false;
             }
             true
@@ -87,6 +97,7 @@ impl Simulation {
         if !self.backoff.is_empty() {
             self.schedule_tick(self.now + 1);
         }
+        returned
     }
 
     fn holds(&self, i: u32, generation: u32) -> bool {
