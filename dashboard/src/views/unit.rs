@@ -133,7 +133,13 @@ fn timeline(unit: &QueueUnit, events: &[Value]) -> Vec<Value> {
             steps.push(json!({
                 "time": c.last_transition_time.0.to_string(),
                 "what": format!("{} {}", c.type_, c.status),
-                "detail": format!("{}: {}", c.reason, c.message),
+                // A condition without a message (Pending, PodsNotReady)
+                // showed "Pending:" with nothing after the colon.
+                "detail": if c.message.is_empty() {
+                    c.reason.clone()
+                } else {
+                    format!("{}: {}", c.reason, c.message)
+                },
             }));
         }
         if let Some(t) = &status.last_allocate_time {
