@@ -13,12 +13,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::report::{Distribution, percentile};
 use crate::runner::JobTimeline;
 use crate::shape::{CLASSES, Shape};
+use crate::visibility_listing::list_pages;
 
 /// How long before its release a unit's estimate must have been read to
 /// count (the 10 s).
@@ -145,25 +146,7 @@ async fn read_once(
     wall_t0_ms: f64,
 ) -> Result<(usize, Vec<(usize, Option<f64>)>)> {
     let mut units = Vec::new();
-    let mut requests = 0;
-    let mut token: Option<String> = None;
-    loop {
-        let uri = match &token {
-            Some(t) => format!("{PATH}?limit={page_limit}&continue={t}"),
-            None => format!("{PATH}?limit={page_limit}"),
-        };
-        let request = http::Request::get(&uri).body(Vec::new())?;
-        let list: serde_json::Value = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.request::<serde_json::Value>(request),
-        )
-        .await
-        .with_context(|| format!("GET {uri} took more than 30 s"))?
-        .with_context(|| format!("GET {uri}"))?;
-        requests += 1;
-        let Some(items) = list["items"].as_array() else {
-            bail!("GET {uri} answered without items");
-        };
+    let requests = list_pages(client, PATH, Some(page_limit), |items| {
         for item in items {
             let ns = item["metadata"]["namespace"].as_str().unwrap_or_default();
             // The job's name (the unit's may differ), else the unit's.
@@ -180,14 +163,9 @@ async fn read_once(
                 .map(|t| (t.as_millisecond() as f64 - wall_t0_ms) / 1000.0);
             units.push((job, estimate));
         }
-        token = list["metadata"]["continue"]
-            .as_str()
-            .filter(|t| !t.is_empty())
-            .map(str::to_string);
-        if token.is_none() {
-            return Ok((requests, units));
-        }
-    }
+    })
+    .await?;
+    Ok((requests, units))
 }
 
 /// One class's accuracy.

@@ -82,7 +82,21 @@ async fn list_once(
     path: &str,
     page_limit: Option<usize>,
 ) -> Result<(usize, usize)> {
-    let (mut items, mut requests) = (0, 0);
+    let mut items = 0;
+    let requests = list_pages(client, path, page_limit, |page| items += page.len()).await?;
+    Ok((items, requests))
+}
+
+/// Lists `path` as `kubectl` does — page by page with `?limit=` and
+/// `continue` (or in one request without a limit), asking for gzip — and
+/// hands each page's items to `each_page`; the requests it took.
+pub async fn list_pages(
+    client: &kube::Client,
+    path: &str,
+    page_limit: Option<usize>,
+    mut each_page: impl FnMut(&[serde_json::Value]),
+) -> Result<usize> {
+    let mut requests = 0;
     let mut continue_token: Option<String> = None;
     loop {
         let mut query = Vec::new();
@@ -97,25 +111,34 @@ async fn list_once(
         } else {
             format!("{path}?{}", query.join("&"))
         };
-        let request = http::Request::get(&uri).body(Vec::new())?;
-        let list: serde_json::Value = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.request::<serde_json::Value>(request),
-        )
-        .await
-        .with_context(|| format!("GET {uri} took more than 30 s"))?
-        .with_context(|| format!("GET {uri}"))?;
+        let list = tokio::time::timeout(Duration::from_secs(30), get_json(client, &uri))
+            .await
+            .with_context(|| format!("GET {uri} took more than 30 s"))?
+            .with_context(|| format!("GET {uri}"))?;
         requests += 1;
         let Some(page) = list["items"].as_array() else {
             bail!("GET {uri} answered without items: {list}");
         };
-        items += page.len();
+        each_page(page);
         continue_token = list["metadata"]["continue"]
             .as_str()
             .filter(|t| !t.is_empty())
             .map(str::to_string);
         if continue_token.is_none() || page_limit.is_none() {
-            return Ok((items, requests));
+            return Ok(requests);
         }
     }
+}
+
+/// GETs `uri` as kubectl does (asking for gzip), parsed.
+async fn get_json(client: &kube::Client, uri: &str) -> Result<serde_json::Value> {
+    let answer = koord_queue_tests::visibility::get_accepting_gzip(client, uri).await?;
+    if !(200..300).contains(&answer.status) {
+        bail!(
+            "{}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    serde_json::from_slice(&answer.body).context("parsing the answer")
 }

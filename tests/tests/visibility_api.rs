@@ -220,6 +220,52 @@ async fn discovery_and_kubectl_get_work_through_the_aggregation_layer() {
     assert!(wide.contains(&ns), "{wide}");
 }
 
+#[tokio::test]
+async fn a_long_listing_crosses_the_aggregation_layer_gzipped() {
+    let cp = setup().await;
+    let admin = cp.client().await.unwrap();
+    let (quota, ns, _) = e2e::tenant_with_quota(cp, "vis-gz", "1").await.unwrap();
+    // Sixty waiting jobs: their listing is far above the size the API
+    // starts to gzip at. One `kubectl create` of them all; their order is
+    // not what this test is about.
+    const JOBS: usize = 60;
+    let yaml: Vec<String> = (0..JOBS)
+        .map(|i| job_yaml(&format!("j{i:02}"), &quota, "2", "1h"))
+        .collect();
+    kubectl_create_job(cp, &ns, &yaml.join("---\n"))
+        .await
+        .unwrap();
+    let path = namespace_path(&ns);
+    fixtures::eventually(LONG, || {
+        let (admin, path) = (admin.clone(), path.clone());
+        async move {
+            let (code, list) = get(&admin, &path).await?;
+            Ok(code == 200 && names(&list).len() == JOBS)
+        }
+    })
+    .await
+    .expect("every unit listed");
+    let (_, plain) = get(&admin, &path).await.unwrap();
+
+    // Asked as kubectl asks (Accept-Encoding: gzip): the scheduler's gzip
+    // passes through kube-apiserver's proxy to the client untouched.
+    let wire = visibility::get_accepting_gzip(&admin, &path).await.unwrap();
+    assert_eq!(wire.status, 200, "{}", String::from_utf8_lossy(&wire.body));
+    assert_eq!(wire.encoding.as_deref(), Some("gzip"));
+    assert!(
+        wire.wire_bytes * 4 < wire.body.len(),
+        "{} bytes on the wire for {}",
+        wire.wire_bytes,
+        wire.body.len()
+    );
+    let gunzipped: Value = serde_json::from_slice(&wire.body).unwrap();
+    let mut listed = names(&gunzipped);
+    let mut expected = names(&plain);
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected);
+}
+
 /// The RFC 3339 time `field` of item `unit` of `list`, in ms since the epoch.
 fn time_of(list: &Value, unit: &str, field: &str) -> Option<i64> {
     let item = list["items"]

@@ -70,10 +70,15 @@ fn unit(ns: &str, name: &str, position: u64) -> PendingUnit {
 
 /// The API over an owner holding five units of `team-a` in one queue `q`.
 fn api() -> axum::Router {
+    api_with(5)
+}
+
+/// The API over an owner holding `count` units of `team-a` in one queue `q`.
+fn api_with(count: u64) -> axum::Router {
     let (queries, mut rx) = Queries::channel(8, Duration::from_secs(2));
     tokio::spawn(async move {
         while let Some(q) = rx.recv().await {
-            let units: Vec<PendingUnit> = (1..=5)
+            let units: Vec<PendingUnit> = (1..=count)
                 .map(|i| unit("team-a", &format!("u{i}"), i))
                 .collect();
             let answer =
@@ -281,4 +286,54 @@ async fn discovery_needs_no_permission_but_a_front_proxy() {
     let (code, body) = get("/openapi/v2", FRONT, "bob", false).await;
     assert_eq!(code, StatusCode::OK);
     assert!(body["definitions"].as_object().unwrap().len() > 3);
+}
+
+/// The body of `response`, and its `Content-Encoding`.
+async fn body_of(response: axum::response::Response) -> (Option<String>, Vec<u8>) {
+    let encoding = response
+        .headers()
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = axum::body::to_bytes(response.into_body(), 64 << 20)
+        .await
+        .unwrap();
+    (encoding, body.to_vec())
+}
+
+fn listing(accept_gzip: bool) -> Request<Body> {
+    let mut request =
+        Request::get(format!("{NS}/team-a/pendingunits")).header("X-Remote-User", "alice");
+    if accept_gzip {
+        request = request.header(http::header::ACCEPT_ENCODING, "gzip");
+    }
+    let mut request = request.body(Body::empty()).unwrap();
+    request
+        .extensions_mut()
+        .insert(PeerName(FRONT.map(str::to_string)));
+    request
+}
+
+#[tokio::test]
+async fn a_long_list_is_gzipped_for_a_client_that_accepts_it() {
+    use std::io::Read as _;
+    let (encoding, plain) = body_of(api_with(2_000).oneshot(listing(false)).await.unwrap()).await;
+    assert_eq!(encoding, None, "not asked for");
+    let (encoding, gzipped) = body_of(api_with(2_000).oneshot(listing(true)).await.unwrap()).await;
+    assert_eq!(encoding.as_deref(), Some("gzip"));
+    assert!(
+        gzipped.len() * 10 < plain.len(),
+        "{} bytes gzipped of {}",
+        gzipped.len(),
+        plain.len()
+    );
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&gzipped[..])
+        .read_to_end(&mut unzipped)
+        .unwrap();
+    assert_eq!(unzipped, plain);
+    let list: Value = serde_json::from_slice(&unzipped).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2_000);
+    // A short answer is not worth it.
+    let (encoding, _) = body_of(api_with(5).oneshot(listing(true)).await.unwrap()).await;
+    assert_eq!(encoding, None, "five units are sent as they are");
 }
