@@ -8,11 +8,14 @@
 //! SubjectAccessReview (`authz.rs`), so RBAC decides who sees what. The
 //! scheduler serves it: the answers come from the state it decides on,
 //! asked through a channel (`queries.rs`). `types.rs` is what it answers,
-//! `history.rs` the scheduler's bounded history, `routes.rs` the paths, `discovery.rs` discovery and OpenAPI, `table.rs`
-//! what `kubectl get` prints, `serve.rs` TLS.
+//! `history.rs` the scheduler's bounded history, `routes.rs` the paths,
+//! `cache.rs` the answers kept while the state stands, `discovery.rs`
+//! discovery and OpenAPI, `table.rs` what `kubectl get` prints, `serve.rs`
+//! TLS.
 
 pub mod authn;
 pub mod authz;
+pub mod cache;
 pub mod discovery;
 pub mod history;
 pub mod queries;
@@ -21,7 +24,8 @@ pub mod serve;
 pub mod table;
 pub mod types;
 
-pub use queries::{Answer, Ask, Page, Queries, Query};
+pub use cache::{AnswerCache, DEFAULT_CACHE_BYTES};
+pub use queries::{Answer, Ask, Page, Queries, Query, Reply};
 pub use routes::{ApiState, router};
 pub use types::{
     API_VERSION, GROUP, ItemMeta, JobOf, PendingUnit, PendingUnitList, QuotaUsage, QuotaUsageList,

@@ -11,7 +11,7 @@ use crate::history::History;
 use crate::types::{PendingUnit, QuotaUsage};
 
 /// Which items of an answer: `limit` items after the first `offset`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Page {
     /// Items skipped.
     pub offset: usize,
@@ -33,7 +33,7 @@ impl Page {
 }
 
 /// What is asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Ask {
     /// The waiting units of a namespace (`None`: of every namespace).
     Namespace(Option<String>),
@@ -48,6 +48,9 @@ pub enum Ask {
 /// The answer (not `Eq`: a history's percentiles are floats).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
+    /// The state has not changed since the generation the asker holds an
+    /// answer of ([`Query::known`]): that answer stands.
+    Unchanged,
     /// A page of waiting units and how many follow it.
     Units {
         /// The page.
@@ -70,8 +73,34 @@ pub struct Query {
     pub ask: Ask,
     /// Which part.
     pub page: Page,
+    /// The generation of the state the asker already holds this answer
+    /// for, if any: while it stands the owner replies [`Answer::Unchanged`]
+    /// instead of working the answer out again.
+    pub known: Option<u64>,
     /// Where the answer goes (dropped: the asker gave up).
-    pub reply: oneshot::Sender<Answer>,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+/// An answer and the state it was read from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// The answer.
+    pub answer: Answer,
+    /// The generation of the owner's state the answer was read at, when the
+    /// same question gets the same answer for as long as that generation
+    /// stands (`None`: the answer may change without the state changing,
+    /// as a history gains samples with time).
+    pub generation: Option<u64>,
+}
+
+impl Reply {
+    /// An answer that is not kept.
+    pub fn once(answer: Answer) -> Self {
+        Self {
+            answer,
+            generation: None,
+        }
+    }
 }
 
 /// Why a query got no answer.
@@ -103,11 +132,17 @@ impl Queries {
         (Self { tx, timeout }, rx)
     }
 
-    /// Asks and waits for the answer.
-    pub async fn ask(&self, ask: Ask, page: Page) -> Result<Answer, Unanswered> {
+    /// Asks and waits for the answer; `known`: the generation the asker
+    /// holds an answer of (see [`Query::known`]).
+    pub async fn ask(&self, ask: Ask, page: Page, known: Option<u64>) -> Result<Reply, Unanswered> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .try_send(Query { ask, page, reply })
+            .try_send(Query {
+                ask,
+                page,
+                known,
+                reply,
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => Unanswered::Busy,
                 mpsc::error::TrySendError::Closed(_) => Unanswered::Gone,
@@ -143,7 +178,7 @@ mod tests {
             drop(held);
             drop(rx);
         });
-        let ask = || queries.ask(Ask::Queue("q".into()), Page::default());
+        let ask = || queries.ask(Ask::Queue("q".into()), Page::default(), None);
         assert_eq!(
             ask().await,
             Err(Unanswered::Timeout(Duration::from_millis(50)))

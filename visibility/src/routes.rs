@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -18,8 +19,9 @@ use tower_http::compression::predicate::{DefaultPredicate, Predicate, SizeAbove}
 
 use crate::authn::{Refusal, RequestHeaderConfig, User};
 use crate::authz::{Attributes, Verdict};
+use crate::cache::{AnswerCache, CacheKey};
 use crate::discovery;
-use crate::queries::{Answer, Ask, Page, Queries, Unanswered};
+use crate::queries::{Answer, Ask, Page, Queries, Reply, Unanswered};
 use crate::table;
 use crate::types::{API_VERSION, PendingUnitList, QuotaUsageList};
 
@@ -64,6 +66,8 @@ pub struct ApiState {
     pub request_header: Arc<RwLock<Result<RequestHeaderConfig, String>>>,
     /// The system namespace: the only one with Queues.
     pub system_namespace: Arc<str>,
+    /// Answers kept while the state they were read from stands.
+    pub cache: Arc<AnswerCache>,
 }
 
 /// The router of the API (discovery, OpenAPI and the seven read paths).
@@ -257,48 +261,102 @@ async fn answer(
         }
     }
     let table = wants_table(headers);
-    match state.queries.ask(ask, page).await {
-        Ok(Answer::Units { items, remaining }) => {
+    let key = CacheKey {
+        ask: ask.clone(),
+        page,
+        table,
+    };
+    let known = state.cache.generation(&key);
+    let mut reply = match state.queries.ask(ask.clone(), page, known).await {
+        Ok(reply) => reply,
+        Err(e) => return unavailable(e),
+    };
+    if reply.answer == Answer::Unchanged {
+        if let Some(body) = known.and_then(|g| state.cache.get(&key, g)) {
+            return json_body(body);
+        }
+        // Replaced or evicted since: ask for the answer itself.
+        reply = match state.queries.ask(ask, page, None).await {
+            Ok(reply) => reply,
+            Err(e) => return unavailable(e),
+        };
+    }
+    let Reply { answer, generation } = reply;
+    // Serialized from the typed list, not through a `Value`: a 10,000-unit
+    // backlog is a few MB, and a `Value` of it a map allocated per field.
+    let body = match answer {
+        Answer::Units { items, remaining } => {
             let next = (remaining > 0).then(|| page.offset + items.len());
             let mut list = PendingUnitList::new(items, remaining as u64);
             list.metadata.continue_ = next.map(|n| n.to_string());
-            // Serialized from the typed list, not through a `Value`: a
-            // 10,000-unit backlog is a few MB, and a `Value` of it a map
-            // allocated per field.
             if table {
-                Json(table::pending(&list)).into_response()
+                serde_json::to_vec(&table::pending(&list))
             } else {
-                Json(list).into_response()
+                serde_json::to_vec(&list)
             }
         }
-        Ok(Answer::Quotas(items)) => {
+        Answer::Quotas(items) => {
             let (items, remaining) = page.cut(items.into_iter());
             let next = (remaining > 0).then(|| page.offset + items.len());
             let mut list = QuotaUsageList::new(items);
             list.metadata.remaining_item_count = (remaining > 0).then_some(remaining as u64);
             list.metadata.continue_ = next.map(|n| n.to_string());
             if table {
-                Json(table::quotas(&list)).into_response()
+                serde_json::to_vec(&table::quotas(&list))
             } else {
-                Json(list).into_response()
+                serde_json::to_vec(&list)
             }
         }
-        // One object: a history is not paged.
-        Ok(Answer::History(history)) => Json(history).into_response(),
-        Ok(Answer::NoSuchQueue) => status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            format!(
-                "queues.scheduling.x-k8s.io {:?} not found",
-                attrs.name.unwrap_or_default()
-            ),
-        ),
-        Err(e @ (Unanswered::Busy | Unanswered::Timeout(_) | Unanswered::Gone)) => status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            e.to_string(),
-        ),
+        // One object: a history is not paged, and not kept (it gains
+        // samples with time, not with the state's generation).
+        Answer::History(history) => return Json(history).into_response(),
+        Answer::NoSuchQueue => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!(
+                    "queues.scheduling.x-k8s.io {:?} not found",
+                    attrs.name.unwrap_or_default()
+                ),
+            );
+        }
+        // Asked without a generation, the owner always answers in full.
+        Answer::Unchanged => {
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "the scheduler answered 'unchanged' to a question asked afresh".into(),
+            );
+        }
+    };
+    let body = match body {
+        Ok(body) => Bytes::from(body),
+        Err(e) => {
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("cannot serialize the answer: {e}"),
+            );
+        }
+    };
+    if let Some(generation) = generation {
+        state.cache.put(key, generation, body.clone());
     }
+    json_body(body)
+}
+
+/// A JSON answer of serialized `body`.
+fn json_body(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The answer when the scheduler's state could not be asked.
+fn unavailable(e: Unanswered) -> Response {
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        e.to_string(),
+    )
 }
 
 async fn all_pending(

@@ -275,6 +275,9 @@ impl Server {
             authorizer: Arc::new(Authorizer::new(client.clone())),
             request_header: Arc::clone(&published),
             system_namespace: system_namespace.into(),
+            cache: Arc::new(crate::cache::AnswerCache::new(
+                crate::cache::DEFAULT_CACHE_BYTES,
+            )),
         });
         let handle = axum_server::Handle::new();
         let serving = handle.clone();

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ use koord_queue_visibility::authn::{RequestHeaderConfig, User};
 use koord_queue_visibility::authz::{Attributes, Verdict};
 use koord_queue_visibility::routes::{ApiState, Authorize, PeerName};
 use koord_queue_visibility::{
-    Answer, Ask, ItemMeta, PendingUnit, Queries, WaitReasonView, WaitType, router,
+    Answer, AnswerCache, Ask, DEFAULT_CACHE_BYTES, ItemMeta, PendingUnit, Queries, Reply,
+    WaitReasonView, WaitType, router,
 };
 use serde_json::Value;
 use tower::ServiceExt as _;
@@ -75,10 +77,35 @@ fn api() -> axum::Router {
 
 /// The API over an owner holding `count` units of `team-a` in one queue `q`.
 fn api_with(count: u64) -> axum::Router {
+    api_over(Owner {
+        count,
+        ..Owner::default()
+    })
+}
+
+/// A fake owner of the state: `count` units of `team-a` in queue `q`, its
+/// state at `generation`, counting the answers it works out in full.
+#[derive(Clone, Debug, Default)]
+struct Owner {
+    count: u64,
+    generation: Arc<AtomicU64>,
+    rendered: Arc<AtomicUsize>,
+}
+
+fn api_over(owner: Owner) -> axum::Router {
     let (queries, mut rx) = Queries::channel(8, Duration::from_secs(2));
     tokio::spawn(async move {
         while let Some(q) = rx.recv().await {
-            let units: Vec<PendingUnit> = (1..=count)
+            let generation = owner.generation.load(Ordering::SeqCst);
+            if q.known == Some(generation) {
+                let _ = q.reply.send(Reply {
+                    answer: Answer::Unchanged,
+                    generation: Some(generation),
+                });
+                continue;
+            }
+            owner.rendered.fetch_add(1, Ordering::SeqCst);
+            let units: Vec<PendingUnit> = (1..=owner.count)
                 .map(|i| unit("team-a", &format!("u{i}"), i))
                 .collect();
             let answer =
@@ -93,7 +120,10 @@ fn api_with(count: u64) -> axum::Router {
                         Answer::Units { items, remaining }
                     }
                 };
-            let _ = q.reply.send(answer);
+            let _ = q.reply.send(Reply {
+                answer,
+                generation: Some(generation),
+            });
         }
     });
     let data: BTreeMap<String, String> = [
@@ -116,6 +146,7 @@ fn api_with(count: u64) -> axum::Router {
             RequestHeaderConfig::from_configmap(&data).unwrap()
         ))),
         system_namespace: "koord-queue".into(),
+        cache: Arc::new(AnswerCache::new(DEFAULT_CACHE_BYTES)),
     })
 }
 
@@ -336,4 +367,39 @@ async fn a_long_list_is_gzipped_for_a_client_that_accepts_it() {
     // A short answer is not worth it.
     let (encoding, _) = body_of(api_with(5).oneshot(listing(true)).await.unwrap()).await;
     assert_eq!(encoding, None, "five units are sent as they are");
+}
+
+#[tokio::test]
+async fn a_question_asked_again_while_nothing_changed_is_answered_from_the_kept_bytes() {
+    let owner = Owner {
+        count: 50,
+        ..Owner::default()
+    };
+    let api = api_over(owner.clone());
+    let ask = || async {
+        body_of(api.clone().oneshot(listing(false)).await.unwrap())
+            .await
+            .1
+    };
+    let first = ask().await;
+    let again = ask().await;
+    assert_eq!(first, again);
+    assert_eq!(
+        owner.rendered.load(Ordering::SeqCst),
+        1,
+        "the second answer is the kept one"
+    );
+    // The state moves on: the answer is worked out again, then kept anew.
+    owner.generation.fetch_add(1, Ordering::SeqCst);
+    ask().await;
+    ask().await;
+    assert_eq!(owner.rendered.load(Ordering::SeqCst), 2);
+    // Another user is still authorized on its own: bob is refused what
+    // alice was given.
+    let mut request = listing(false);
+    request
+        .headers_mut()
+        .insert("X-Remote-User", "bob".parse().unwrap());
+    let response = api.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
 }

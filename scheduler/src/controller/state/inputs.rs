@@ -12,6 +12,7 @@ use crate::controller::writes::Write;
 
 impl Controller {
     pub(super) fn on_input(&mut self, input: Input) {
+        self.visibility.changed();
         match input {
             Input::Unit(change) => self.on_unit(change),
             Input::Job(kind, change) => self.on_job(kind, change),
@@ -288,6 +289,7 @@ impl Controller {
     }
 
     pub(super) fn on_leadership(&mut self, leads: bool) {
+        self.visibility.changed();
         self.leading = leads;
         self.metrics.leader.set(i64::from(leads));
         if leads {

@@ -254,16 +254,13 @@ impl Controller {
                 }
                 Some(w) = written.recv() => {
                     self.set_now(Now::read());
-                    self.visibility.changed();
                     self.on_written(w);
                 }
                 Some(input) = inputs.recv() => {
                     self.set_now(Now::read());
-                    self.visibility.changed();
                     self.on_input(input);
                 }
                 changed = leadership.changed() => {
-                    self.visibility.changed();
                     if changed.is_err() {
                         tracing::warn!("leader election ended; controller stopping");
                         return;
@@ -273,7 +270,6 @@ impl Controller {
                     self.on_leadership(leads);
                 }
                 _ = cycle => {
-                    self.visibility.changed();
                     self.cycle_due = None;
                     self.set_now(Now::read());
                     self.cycle();

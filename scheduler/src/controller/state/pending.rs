@@ -13,7 +13,8 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_core::WaitReason;
 use koord_queue_core::amounts::format_amount;
 use koord_queue_visibility::{
-    Answer, Ask, ItemMeta, JobOf, Page, PendingUnit, Query, QuotaUsage, WaitReasonView, WaitType,
+    Answer, Ask, ItemMeta, JobOf, Page, PendingUnit, Query, QuotaUsage, Reply, WaitReasonView,
+    WaitType,
 };
 
 use super::{Controller, Membership, UnitState, queue_of};
@@ -60,15 +61,25 @@ struct Lines {
 pub(super) struct LastListing(Option<(Ask, u64, Lines)>);
 
 impl Controller {
-    /// Answers a visibility query (a dropped asker is fine).
+    /// Answers a visibility query (a dropped asker is fine). Every answer
+    /// but a history is a function of the state, stamped with its
+    /// generation; an asker that holds the answer at the generation that
+    /// still stands is told it is unchanged, and nothing is worked out.
     pub fn answer(&mut self, query: Query) {
-        let Query { ask, page, reply } = query;
+        let Query {
+            ask,
+            page,
+            known,
+            reply,
+        } = query;
+        let generation = self.visibility.generation();
+        let kept = !matches!(ask, Ask::History(_));
         let answer = match ask {
+            _ if kept && known == Some(generation) => Answer::Unchanged,
             Ask::Quotas(namespace) => Answer::Quotas(self.quota_usage(namespace.as_deref())),
             Ask::History(namespace) => Answer::History(self.history_answer(namespace.as_deref())),
             Ask::Queue(ref name) if !self.queue_known(name) => Answer::NoSuchQueue,
             ask => {
-                let generation = self.visibility.generation();
                 let fresh =
                     matches!(&self.listing.0, Some((a, g, _)) if *a == ask && *g == generation);
                 if !fresh {
@@ -84,7 +95,10 @@ impl Controller {
                 }
             }
         };
-        let _ = reply.send(answer);
+        let _ = reply.send(Reply {
+            answer,
+            generation: kept.then_some(generation),
+        });
     }
 
     /// Whether Queue `name` is known: the core serves or has heard of it,

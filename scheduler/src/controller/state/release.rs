@@ -10,6 +10,7 @@ use crate::controller::records::Key;
 
 impl Controller {
     pub(super) fn cycle(&mut self) {
+        self.visibility.changed();
         if !self.synced() || !self.leads() {
             return;
         }

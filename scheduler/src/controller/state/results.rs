@@ -11,6 +11,7 @@ use crate::controller::writes::{JobRef, Outcome, Write, Written};
 
 impl Controller {
     pub(super) fn on_written(&mut self, done: Written) {
+        self.visibility.changed();
         let Written { write, outcome } = done;
         tracing::debug!(operation = write.operation(), unit = ?write.unit(), ?outcome, "write done");
         let Some(k) = write.unit().cloned() else {

@@ -6,7 +6,7 @@
 
 use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::{QueueUnit, keys};
-use koord_queue_visibility::{Answer, Ask, Page, PendingUnit, Query, QuotaUsage, WaitType};
+use koord_queue_visibility::{Answer, Ask, Page, PendingUnit, Query, QuotaUsage, Reply, WaitType};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -48,8 +48,18 @@ pub(super) fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
 }
 
 pub(super) fn ask(s: &mut Scenario, ask: Ask, page: Page) -> Answer {
+    ask_knowing(s, ask, page, None).answer
+}
+
+/// Asks `ask` as one that holds its answer at generation `known`.
+fn ask_knowing(s: &mut Scenario, ask: Ask, page: Page, known: Option<u64>) -> Reply {
     let (reply, answer) = oneshot::channel();
-    s.controller.answer(Query { ask, page, reply });
+    s.controller.answer(Query {
+        ask,
+        page,
+        known,
+        reply,
+    });
     answer.blocking_recv().unwrap()
 }
 
@@ -178,4 +188,37 @@ fn the_quotas_of_a_namespace_show_what_they_hold_and_what_waits() {
     assert_eq!(q.pending, 2);
     assert_eq!(q.admitted, 2);
     assert!(q.parent.is_none());
+}
+
+#[test]
+fn an_answer_held_at_the_generation_that_stands_is_unchanged_until_the_state_moves() {
+    let mut s = four_and_one_sent_back();
+    let backlog = || Ask::Queue("q".into());
+    let first = ask_knowing(&mut s, backlog(), Page::default(), None);
+    let generation = first.generation.expect("a backlog is kept");
+    assert!(matches!(first.answer, Answer::Units { .. }));
+    let again = ask_knowing(&mut s, backlog(), Page::default(), Some(generation));
+    assert_eq!(again.answer, Answer::Unchanged);
+    assert_eq!(again.generation, Some(generation));
+    // A quota's usage too; an older generation gets the answer itself.
+    let quotas = ask_knowing(&mut s, Ask::Quotas(None), Page::default(), Some(generation));
+    assert_eq!(quotas.answer, Answer::Unchanged);
+    let older = ask_knowing(&mut s, backlog(), Page::default(), Some(generation - 1));
+    assert_eq!(older.answer, first.answer);
+    // A history gains samples with time: never kept.
+    let history = ask_knowing(
+        &mut s,
+        Ask::History(None),
+        Page::default(),
+        Some(generation),
+    );
+    assert!(matches!(history.answer, Answer::History(_)));
+    assert_eq!(history.generation, None);
+    // An input (a sixth unit) moves the state: the backlog is worked out
+    // again and holds it.
+    queued(&mut s, "f", 10, json!({ "phase": "Enqueued" }));
+    let moved = ask_knowing(&mut s, backlog(), Page::default(), Some(generation));
+    assert!(moved.generation > Some(generation));
+    let (items, _) = units(moved.answer);
+    assert!(names(&items).contains(&"f"), "{:?}", names(&items));
 }
