@@ -53,6 +53,39 @@ impl Shortfall {
             .saturating_sub(self.limit)
     }
 
+    /// How much more the unit asks for than the limit holds at all:
+    /// `requested − limit` when positive, else 0. Above 0 the unit cannot
+    /// fit even with nothing else running, until the limit is raised.
+    pub fn beyond_limit(&self) -> i64 {
+        self.requested.saturating_sub(self.limit).max(0)
+    }
+
+    /// Whether the limit is a quota's max or the capacity and the unit asks
+    /// for more than it holds at all: it can never fit under it as it is,
+    /// whatever ends (a head so stopped neither reserves nor holds anyone
+    /// back, `reserve/`), until the limit is raised.
+    pub fn never_fits(&self) -> bool {
+        matches!(self.blocker, Blocker::QuotaMax(..) | Blocker::Capacity(..))
+            && self.beyond_limit() > 0
+    }
+
+    /// For a unit that can never fit: by how much, and what must change.
+    fn write_never_fits(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &*self.resource;
+        let beyond = format_amount(r, self.beyond_limit());
+        match self.blocker {
+            Blocker::Capacity(_) => write!(
+                f,
+                " ({beyond} more than the cluster's capacity even with nothing else running: it can never fit until the capacity grows)"
+            ),
+            _ => write!(
+                f,
+                " ({beyond} more than the max of quota {} even with nothing else running: it can never fit until that max is raised)",
+                self.scope
+            ),
+        }
+    }
+
     fn write_figures(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &*self.resource;
         write!(
@@ -288,8 +321,12 @@ impl WaitReason {
     }
 
     /// Whether a guaranteed unit waits only because other quotas borrow
-    /// beyond their min: reclaiming what they borrow would make it fit.
+    /// beyond their min: reclaiming what they borrow would make it fit
+    /// (never for a unit that asks for more than the limit holds at all).
     pub fn is_due_to_borrowing(&self) -> bool {
+        if self.shortfall().is_some_and(Shortfall::never_fits) {
+            return false;
+        }
         match self {
             Self::QuotaMax {
                 shortfall,
@@ -320,12 +357,17 @@ impl WaitReason {
         shortfall.write_figures(f)
     }
 
+    /// What follows a quota's max or the capacity: that the unit can never
+    /// fit, or what others borrow from a guaranteed unit's room.
     fn write_borrowing(
         f: &mut fmt::Formatter<'_>,
         shortfall: &Shortfall,
         guaranteed: bool,
         borrowed: i64,
     ) -> fmt::Result {
+        if shortfall.never_fits() {
+            return shortfall.write_never_fits(f);
+        }
         if guaranteed && borrowed > 0 {
             write!(
                 f,

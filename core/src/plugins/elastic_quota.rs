@@ -14,7 +14,7 @@ use serde_yaml::Value;
 
 use super::{args_map, describe};
 use crate::amounts::{ResVec, UNLIMITED};
-use crate::ids::QuotaId;
+use crate::ids::{QuotaId, ResId};
 use crate::model::{CapacitySource, RootCapacity, UnitDef};
 use crate::plugin::{Filter, Plugin, QueueUnitMapping, Reserve, UnitRef};
 use crate::quota_tree::PathProblem;
@@ -163,23 +163,18 @@ impl Filter for ElasticQuotaPlugin {
             Some(q) => quota_path(q, state)?,
             None => &[],
         };
+        // A limit the unit exceeds even alone is said first, whatever else
+        // is short now: it waits until that limit is raised (and never
+        // reserves, `reserve/`).
+        if let Some(b) = tree.never_fits_on(path, unit.request) {
+            return Err(limit_reason(unit, path, state, b.at, b.resource, b.limit));
+        }
         for &a in path {
             for (k, r) in unit.request.iter() {
                 let max = tree.max(a, k);
                 let used = tree.used(a, k);
                 if max != UNLIMITED && used.saturating_add(r) > max {
-                    return Err(WaitReason::QuotaMax {
-                        shortfall: Shortfall {
-                            blocker: Blocker::QuotaMax(a, k),
-                            scope: tree.name(a).clone(),
-                            resource: state.resource_name(k).clone(),
-                            used,
-                            requested: r,
-                            limit: max,
-                        },
-                        guaranteed: tree.is_guaranteed(unit.quota, unit.request),
-                        borrowed_by_others: tree.borrowed_by_others(Some(a), path, k),
-                    });
+                    return Err(limit_reason(unit, path, state, Some(a), k, max));
                 }
             }
         }
@@ -192,21 +187,45 @@ impl Filter for ElasticQuotaPlugin {
             };
             let used = tree.root_used(k);
             if cap != UNLIMITED && used.saturating_add(r) > cap {
-                return Err(WaitReason::Capacity {
-                    shortfall: Shortfall {
-                        blocker: Blocker::Capacity(k),
-                        scope: "".into(),
-                        resource: state.resource_name(k).clone(),
-                        used,
-                        requested: r,
-                        limit: cap,
-                    },
-                    guaranteed: tree.is_guaranteed(unit.quota, unit.request),
-                    borrowed_by_others: tree.borrowed_by_others(None, path, k),
-                });
+                return Err(limit_reason(unit, path, state, None, k, cap));
             }
         }
         Ok(())
+    }
+}
+
+/// The reason of a unit stopped for resource `k` by the max of quota `at`
+/// (the capacity when `None`), whose figure is `limit`.
+fn limit_reason(
+    unit: &UnitRef<'_>,
+    path: &[QuotaId],
+    state: &ClusterState,
+    at: Option<QuotaId>,
+    k: ResId,
+    limit: i64,
+) -> WaitReason {
+    let tree = state.quotas();
+    let guaranteed = tree.is_guaranteed(unit.quota, unit.request);
+    let shortfall = Shortfall {
+        blocker: at.map_or(Blocker::Capacity(k), |a| Blocker::QuotaMax(a, k)),
+        scope: at.map_or_else(|| "".into(), |a| tree.name(a).clone()),
+        resource: state.resource_name(k).clone(),
+        used: at.map_or_else(|| tree.root_used(k), |a| tree.used(a, k)),
+        requested: unit.request.get(k),
+        limit,
+    };
+    let borrowed_by_others = tree.borrowed_by_others(at, path, k);
+    match at {
+        Some(_) => WaitReason::QuotaMax {
+            shortfall,
+            guaranteed,
+            borrowed_by_others,
+        },
+        None => WaitReason::Capacity {
+            shortfall,
+            guaranteed,
+            borrowed_by_others,
+        },
     }
 }
 

@@ -15,6 +15,18 @@ use koord_queue_model::ROOT_QUOTA_NAME;
 use super::amounts::{Dense, ResVec, UNLIMITED, format_amount};
 use super::ids::{Id, Interner, QuotaId, ResId};
 use super::model::{QuotaDef, RootCapacity};
+use super::reason::Blocker;
+
+/// A limit a unit asks for more than even alone ([`QuotaTree::never_fits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Beyond {
+    /// The quota whose max it is, or `None` for the capacity.
+    pub at: Option<QuotaId>,
+    /// The resource.
+    pub resource: ResId,
+    /// The max or the capacity.
+    pub limit: i64,
+}
 
 /// Why a quota's path to the root cannot be followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -309,6 +321,55 @@ impl QuotaTree {
             None => -1,
             Some(UNLIMITED) => UNLIMITED,
             Some(cap) => cap.saturating_sub(self.root_used(resource)),
+        }
+    }
+
+    /// The first limit a unit charged to `leaf` asking for `request` cannot
+    /// fit under even with nothing else running — a quota on its path (leaf
+    /// first) whose max for a resource is below the request, or else the
+    /// capacity as known now — with that limit. `None` when it fits alone
+    /// (or its path cannot be followed: it waits for another reason).
+    pub fn never_fits(&self, leaf: Option<QuotaId>, request: &ResVec) -> Option<Beyond> {
+        let path = match leaf {
+            Some(l) => self.path(l).ok()?,
+            None => &[],
+        };
+        self.never_fits_on(path, request)
+    }
+
+    /// [`QuotaTree::never_fits`] for a unit whose path (leaf first) is
+    /// `path`.
+    pub fn never_fits_on(&self, path: &[QuotaId], request: &ResVec) -> Option<Beyond> {
+        for &a in path {
+            for (k, r) in request.iter() {
+                let max = self.max(a, k);
+                if max != UNLIMITED && r > max {
+                    return Some(Beyond {
+                        at: Some(a),
+                        resource: k,
+                        limit: max,
+                    });
+                }
+            }
+        }
+        request.iter().find_map(|(k, r)| {
+            let cap = self.capacity_of(k)?;
+            (cap != UNLIMITED && r > cap).then_some(Beyond {
+                at: None,
+                resource: k,
+                limit: cap,
+            })
+        })
+    }
+
+    /// The current limit `blocker` stands for: a quota's max or the
+    /// capacity ([`UNLIMITED`] when none), `None` for other limits or while
+    /// the capacity is unknown.
+    pub fn limit_of(&self, blocker: Blocker) -> Option<i64> {
+        match blocker {
+            Blocker::QuotaMax(q, k) => Some(self.max(q, k)),
+            Blocker::Capacity(k) => self.capacity_of(k),
+            Blocker::Namespace(..) | Blocker::Reclaim(..) => None,
         }
     }
 

@@ -55,7 +55,7 @@ use std::sync::Arc;
 use super::amounts::{ResVec, UNLIMITED};
 use super::cycle::{Pass, Verdict};
 use super::ids::{QuotaId, ResId, UnitId};
-use super::reason::{Blocker, WaitReason};
+use super::reason::{Blocker, Shortfall, WaitReason};
 use super::units::{UnitEntry, UnitState};
 /// What became of a guaranteed unit's reclaim.
 pub(crate) enum Outcome {
@@ -103,7 +103,10 @@ impl Pass<'_> {
     /// after reclaim was considered for it.
     pub(crate) fn after_rejection(&mut self, id: UnitId, reason: WaitReason) -> Verdict {
         let outstanding = self.reclaim.plans.get(&id).map(|p| p.victims.len());
-        if !reason.is_quota_limit() {
+        // A unit that asks for more than a limit holds at all is not helped
+        // by anything taken back: nobody is sent back for it.
+        let in_vain = reason.shortfall().is_some_and(Shortfall::never_fits);
+        if !reason.is_quota_limit() || in_vain {
             if outstanding.is_some() {
                 self.reclaim
                     .drop_plan(id, &mut self.state.quotas, self.relaxed);

@@ -53,15 +53,15 @@ fn max_is_enforced_at_every_level_alone() {
     assert!(core.run_cycle().decisions.is_empty());
     assert_eq!(
         reason_text(&core, "ns/too-big-for-a"),
-        "quota a: cpu 0/8 used, needs 9"
+        "quota a: cpu 0/8 used, needs 9 (1 more than the max of quota a even with nothing else running: it can never fit until that max is raised)"
     );
     assert_eq!(
         reason_text(&core, "ns/too-big-for-dept1"),
-        "quota dept1: cpu 0/15 used, needs 16"
+        "quota dept1: cpu 0/15 used, needs 16 (1 more than the max of quota dept1 even with nothing else running: it can never fit until that max is raised)"
     );
     assert_eq!(
         reason_text(&core, "ns/too-big-for-org"),
-        "quota org: cpu 0/20 used, needs 21"
+        "quota org: cpu 0/20 used, needs 21 (1 more than the max of quota org even with nothing else running: it can never fit until that max is raised)"
     );
 }
 
@@ -471,11 +471,11 @@ fn reasons_print_memory_and_millicores_for_people() {
     core.run_cycle();
     assert_eq!(
         reason_text(&core, "ns/mem"),
-        "quota team: memory 0/2Gi used, needs 3Gi"
+        "quota team: memory 0/2Gi used, needs 3Gi (1Gi more than the max of quota team even with nothing else running: it can never fit until that max is raised)"
     );
     assert_eq!(
         reason_text(&core, "ns/cpu"),
-        "cluster capacity: cpu 0/1500m used, needs 2500m"
+        "cluster capacity: cpu 0/1500m used, needs 2500m (1 more than the cluster's capacity even with nothing else running: it can never fit until the capacity grows)"
     );
 }
 
