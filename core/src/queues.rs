@@ -57,6 +57,11 @@ pub(crate) struct QueueEntry {
     /// a stopped unit needs under it. The queue is worth another look only
     /// when one of them has at least that much room.
     pub blockers: Vec<(Blocker, i64)>,
+    /// Those of `blockers` under which a unit can never fit (it asks for
+    /// more than the limit holds at all), each with the limit as it was
+    /// then: the queue is looked at again in full when one changes (a max
+    /// raised, the capacity grown), however little room it has.
+    pub beyond: Vec<(Blocker, i64)>,
     /// `Block` policy: the unit the queue stops at.
     pub head: Option<WaitKey>,
     /// `Priority` policy: the first unit that does not fit, which reserves
@@ -74,6 +79,7 @@ impl QueueEntry {
             dirty: Dirty::Clean,
             dirty_units: Vec::new(),
             blockers: Vec::new(),
+            beyond: Vec::new(),
             head: None,
             reservation: None,
         }

@@ -204,6 +204,16 @@ impl Core {
                         if room >= need && e.dirty == Dirty::Clean {
                             e.dirty = Dirty::Relaxed;
                         }
+                        // A limit some unit can never fit under changed
+                        // (raised, or the figures in its reason would be
+                        // wrong): judged afresh, it may fit or reserve now.
+                        let limit = state.quotas.limit_of(b);
+                        if e.beyond
+                            .iter()
+                            .any(|&(x, seen)| x == b && limit != Some(seen))
+                        {
+                            e.dirty = Dirty::Forced;
+                        }
                         true
                     }
                     None => false,

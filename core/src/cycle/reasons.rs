@@ -79,11 +79,13 @@ impl Pass<'_> {
         *reason = Some(new);
     }
 
-    /// Records a blocked verdict: the unit's reason and the queue's limits.
+    /// Records a blocked verdict: the unit's reason and the queue's limits
+    /// (`blockers`, and `beyond` those the unit can never fit under).
     pub(super) fn blocked(
         &mut self,
         q: QueueId,
         blockers: &mut Vec<(Blocker, i64)>,
+        beyond: &mut Vec<(Blocker, i64)>,
         id: UnitId,
         verdict: Verdict,
     ) {
@@ -104,6 +106,18 @@ impl Pass<'_> {
                     blockers.push((b, need));
                     self.index.entry(b).or_default().insert(q);
                 }
+            }
+            // (Its reason, new or kept, is the verdict's.)
+            let never = self
+                .units
+                .get(id)
+                .and_then(|u| u.reason())
+                .and_then(WaitReason::shortfall)
+                .filter(|s| s.blocker == b && s.never_fits());
+            if let Some(s) = never
+                && !beyond.contains(&(b, s.limit))
+            {
+                beyond.push((b, s.limit));
             }
         }
     }

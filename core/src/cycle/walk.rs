@@ -7,16 +7,19 @@
 
 use std::sync::Arc;
 
+use koord_queue_model::Reserve;
+
 use super::{Decision, Pass, Verdict};
 use crate::ids::{QueueId, UnitId};
-use crate::queues::{Dirty, QueueEntry, WaitKey};
-use crate::reason::WaitReason;
+use crate::queues::{Dirty, QueueEntry, Reservation, WaitKey};
+use crate::reason::{Blocker, WaitReason};
 use crate::reclaim::state::VictimKey;
 use crate::units::{UnitEntry, UnitState};
 
 impl Pass<'_> {
-    /// The verdict for a waiting unit.
-    fn judge(&mut self, id: UnitId) -> Verdict {
+    /// The verdict for a waiting unit; `alone` when it may become its
+    /// queue's reserving head (the queue reserves and no head does yet).
+    fn judge(&mut self, id: UnitId, alone: bool) -> Verdict {
         let Some(u) = self.units.get(id) else {
             return Verdict::Blocked(WaitReason::NoQueue);
         };
@@ -28,6 +31,7 @@ impl Pass<'_> {
             && let Some((b, need)) = r.blocker()
             && self.state.headroom(b) < need
             && !self.may_reclaim_now(u, r)
+            && !self.fit_alone_changed(u, r, alone)
         {
             return Verdict::StillBlocked(b, need);
         }
@@ -68,6 +72,26 @@ impl Pass<'_> {
                         .is_guaranteed_projected(u.quota, &u.request)
             }
         }
+    }
+
+    /// Whether a unit's earlier verdict is wrong about whether it can fit
+    /// at all: it said the unit never fits under a limit that has changed
+    /// since (raised, it may fit or reserve now; else its figures are
+    /// off), or — with `alone`, for a unit that may become its queue's
+    /// reserving head — it said the unit waits for room where now it can
+    /// never fit (a max lowered below what it asks for, the capacity
+    /// shrunk). (A reserving head's own reason is never trusted: it is
+    /// noted as of no epoch, `mark_reserving`.)
+    fn fit_alone_changed(&self, u: &UnitEntry, r: &WaitReason, alone: bool) -> bool {
+        let Some(s) = r.shortfall() else {
+            return false;
+        };
+        if s.never_fits() {
+            return self.state.quotas.limit_of(s.blocker) != Some(s.limit);
+        }
+        alone
+            && matches!(s.blocker, Blocker::QuotaMax(..) | Blocker::Capacity(..))
+            && self.state.quotas.never_fits(u.quota, &u.request).is_some()
     }
 
     /// [`Pass::release`] of the unit at `wk`, which was its queue's active
@@ -132,9 +156,16 @@ impl Pass<'_> {
         }
     }
 
+    /// Whether a unit judged now may become its queue's reserving head:
+    /// the queue reserves (`reserve`) and no head does yet.
+    fn may_reserve(&self, reserve: Reserve, reservation: Option<&Reservation>) -> bool {
+        reserve != Reserve::default() && !reservation.is_some_and(|r| r.active(self.now_ms))
+    }
+
     /// Priority policy, every waiting unit in order.
     pub(super) fn priority_all(&mut self, q: QueueId, entry: &mut QueueEntry) {
         entry.blockers.clear();
+        entry.beyond.clear();
         let reserve = entry.def.as_ref().map(|d| d.reserve).unwrap_or_default();
         let head = entry
             .reservation
@@ -148,7 +179,8 @@ impl Pass<'_> {
                 continue;
             }
             self.out.stats.units_visited += 1;
-            match self.judge(wk.id) {
+            let alone = self.may_reserve(reserve, reservation.as_ref());
+            match self.judge(wk.id, alone) {
                 Verdict::Fits => {
                     self.release_unit(wk, &entry.name, head.as_ref());
                     released.push(wk.clone());
@@ -157,7 +189,7 @@ impl Pass<'_> {
                     }
                 }
                 v => {
-                    self.blocked(q, &mut entry.blockers, wk.id, v);
+                    self.blocked(q, &mut entry.blockers, &mut entry.beyond, wk.id, v);
                     self.maybe_reserve(&mut reservation, reserve, wk);
                 }
             }
@@ -189,7 +221,8 @@ impl Pass<'_> {
                 continue;
             }
             self.out.stats.units_visited += 1;
-            match self.judge(wk.id) {
+            let alone = self.may_reserve(reserve, reservation.as_ref());
+            match self.judge(wk.id, alone) {
                 Verdict::Fits => {
                     let head = reservation
                         .as_ref()
@@ -208,7 +241,7 @@ impl Pass<'_> {
                     }
                 }
                 v => {
-                    self.blocked(q, &mut entry.blockers, wk.id, v);
+                    self.blocked(q, &mut entry.blockers, &mut entry.beyond, wk.id, v);
                     self.maybe_reserve(&mut reservation, reserve, &wk);
                 }
             }
@@ -221,6 +254,7 @@ impl Pass<'_> {
     /// rest wait behind it.
     pub(super) fn block(&mut self, q: QueueId, entry: &mut QueueEntry) {
         entry.blockers.clear();
+        entry.beyond.clear();
         entry.head = None;
         let mut released = Vec::new();
         let mut behind: Option<WaitReason> = None;
@@ -238,7 +272,7 @@ impl Pass<'_> {
                 continue;
             }
             self.out.stats.units_visited += 1;
-            match self.judge(wk.id) {
+            match self.judge(wk.id, false) {
                 Verdict::Fits => {
                     self.release(wk.id, &entry.name);
                     released.push(wk.clone());
@@ -247,7 +281,7 @@ impl Pass<'_> {
                     }
                 }
                 v => {
-                    self.blocked(q, &mut entry.blockers, wk.id, v);
+                    self.blocked(q, &mut entry.blockers, &mut entry.beyond, wk.id, v);
                     entry.head = Some(wk.clone());
                     behind = Some(WaitReason::BlockedBehind {
                         unit: Arc::clone(&wk.key),
@@ -267,6 +301,7 @@ impl Pass<'_> {
     /// cycle judge every unit afresh (`Core::upsert_queue`).
     pub(super) fn stopped(&mut self, entry: &mut QueueEntry) {
         entry.blockers.clear();
+        entry.beyond.clear();
         entry.head = None;
         entry.reservation = None;
         let reason = WaitReason::QueueStopped {

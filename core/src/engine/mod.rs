@@ -250,6 +250,7 @@ impl Core {
         };
         entry.head = None;
         entry.blockers.clear();
+        entry.beyond.clear();
         let queue = Arc::clone(&entry.name);
         let ids: Vec<UnitId> = entry.waiting.iter().map(|w| w.id).collect();
         self.queues

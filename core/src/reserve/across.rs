@@ -16,6 +16,11 @@
 //!   heads never hold each other back: of two reserving heads that compete
 //!   the senior one waits for room, the other waits behind it.
 //!
+//! A head that can never fit (it asks for more than a max on its path, or
+//! the capacity, holds at all) holds nothing back: `mod.rs` does not let it
+//! reserve, and a reservation whose head a lowered limit left so is dropped
+//! at a pass's start, its queue and those it held looked at again.
+//!
 //! A unit held back says which head it waits behind, of which queue and
 //! where the head is short ([`WaitReason::ReservedAcross`]). When the hold
 //! ends (the head is released, leaves, or no longer reserves) the queues it
@@ -36,6 +41,7 @@ impl Core {
     /// replaced or dropped; one dropped or replaced lets the queues it held
     /// back be looked at afresh.
     pub(crate) fn refresh_hold(&mut self, q: QueueId) {
+        self.drop_reservation_in_vain(q);
         let fresh = self.hold_of(q);
         let old = self
             .holds
@@ -70,6 +76,32 @@ impl Core {
             self.holds.reserving.insert(q);
         } else {
             self.holds.reserving.remove(&q);
+        }
+    }
+
+    /// Queue `q`'s reservation, if its head can never fit now (a max was
+    /// lowered below what it asks for, the capacity shrank): dropped, and
+    /// the queue looked at again in full, so that what it held back passes
+    /// and its reason says why it waits. Not sticky: once the limit is
+    /// raised the head is judged afresh and reserves again.
+    fn drop_reservation_in_vain(&mut self, q: QueueId) {
+        let Core {
+            queues,
+            units,
+            state,
+            ..
+        } = self;
+        let Some(e) = queues.get_mut(q) else {
+            return;
+        };
+        let in_vain = e
+            .reservation
+            .as_ref()
+            .and_then(|r| units.get(r.key.id))
+            .is_some_and(|u| state.quotas.never_fits(u.quota, &u.request).is_some());
+        if in_vain {
+            e.reservation = None;
+            e.dirty = Dirty::Forced;
         }
     }
 

@@ -10,6 +10,14 @@
 //! `activeDeadlineSeconds`) is backfilled: it passes when it ends before the
 //! time by which the bounded runs holding what the head needs free enough
 //! (EASY backfilling); without bounds nothing is.
+//!
+//! A unit that can never fit — it asks for more than the max of its quota
+//! or of an ancestor, or than the capacity, holds even with nothing else
+//! running — never reserves: it would keep the room for ever and never use
+//! it, and every unit behind it (in other queues too, `across.rs`) would
+//! wait with it. It waits with the limit's reason, which says by how much
+//! it is too large; whether it fits alone is judged from the tree each
+//! time, so once the limit is raised it reserves like any other head.
 
 pub(crate) mod across;
 pub(crate) mod holds;
@@ -42,6 +50,13 @@ impl Pass<'_> {
         let Some(from_ms) = reserve.from_ms(u.created_ms, u.priority) else {
             return;
         };
+        if self.state.quotas.never_fits(u.quota, &u.request).is_some() {
+            // It asks for more than a max on its path (or the capacity)
+            // holds at all: it could keep the room for ever and never use
+            // it. It waits, saying so (`ElasticQuota`'s reason), holding no
+            // one back; once the limit is raised it is judged afresh.
+            return;
+        }
         if reservation.is_some() && from_ms > self.now_ms {
             // The first unit that does not fit is kept while no later one
             // reserves yet (it may be the first to reserve as time passes).

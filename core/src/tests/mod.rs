@@ -14,6 +14,7 @@ mod quota;
 mod reclaim;
 mod reserving;
 mod reserving_across;
+mod reserving_never_fits;
 mod sent_back;
 
 use koord_queue_model::{QueuePolicy, Resources};
