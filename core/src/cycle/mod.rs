@@ -60,6 +60,11 @@ pub struct CycleStats {
     pub units_visited: usize,
     /// Units for which the filters ran.
     pub filter_runs: usize,
+    /// Decisions withdrawn before the cycle ended: units released earlier
+    /// in it and taken back (for a guaranteed unit, or as a preemption's
+    /// victims) before anything was written. They are not in
+    /// [`CycleOutput::decisions`]; they wait again.
+    pub withdrawn: usize,
 }
 
 /// The result of a cycle.
@@ -167,6 +172,7 @@ impl Core {
         if withdrawn.is_empty() {
             return;
         }
+        out.stats.withdrawn = withdrawn.len();
         let mut gone = vec![false; out.decisions.len()];
         for i in withdrawn {
             if let Some(g) = gone.get_mut(i) {
