@@ -77,7 +77,7 @@ bench-kueue-perf: provision-kueue ## Kueue's own scheduler perf test (baseline, 
 	bench/provision/kueue-perf.sh
 
 bench-memory: provision ## Scheduler process RSS with 100,000 QueueUnits cached (BENCH_ARGS="--units N --queues N")
-	$(CARGO) run -q -p koord-queue-bench --bin scheduler-memory -- $(BENCH_ARGS)
+	$(CARGO) run --release -q -p koord-queue-bench --bin scheduler-memory -- $(BENCH_ARGS)
 
 run: provision ## Koord-Queue on a local control plane (chart, webhook, scheduler, demo) until Ctrl-C
 	$(CARGO) run -q -p koord-queue-tests --bin local-run

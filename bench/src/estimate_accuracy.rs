@@ -164,7 +164,8 @@ async fn read_once(
             units.push((job, estimate));
         }
     })
-    .await?;
+    .await?
+    .requests;
     Ok((requests, units))
 }
 

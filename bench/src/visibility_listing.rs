@@ -29,6 +29,14 @@ pub struct Listing {
     pub requests_per_listing: usize,
     /// Time of one listing (all its pages), seconds.
     pub latency: Distribution,
+    /// Of that, the time the client spent parsing the JSON it received
+    /// (what a client does with the bytes, not what it waits for), seconds.
+    pub parsing: Distribution,
+    /// Bytes that crossed the wire in one listing (gzipped where the
+    /// server gzips), and the JSON they carried.
+    pub wire_bytes: usize,
+    /// The JSON's bytes.
+    pub json_bytes: usize,
 }
 
 impl Listing {
@@ -36,16 +44,20 @@ impl Listing {
     pub fn line(&self) -> String {
         let ms = |s: f64| s * 1000.0;
         format!(
-            "{} {}: {} items in {} request(s); p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} listings)",
+            "{} {}: {} items in {} request(s), {:.0} KB on the wire ({:.0} KB of JSON); p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} listings); of which the client parsing the JSON p50 {:.1} ms, p99 {:.1} ms",
             self.path,
             self.page_limit
                 .map_or("(whole list)".to_string(), |l| format!("(pages of {l})")),
             self.items,
             self.requests_per_listing,
+            self.wire_bytes as f64 / 1000.0,
+            self.json_bytes as f64 / 1000.0,
             ms(self.latency.p50_s),
             ms(self.latency.p99_s),
             ms(self.latency.max_s),
-            self.latency.count
+            self.latency.count,
+            ms(self.parsing.p50_s),
+            ms(self.parsing.p99_s),
         )
     }
 }
@@ -61,30 +73,48 @@ pub async fn measure(
 ) -> Result<Listing> {
     list_once(client, path, page_limit).await?;
     let mut samples = Vec::with_capacity(repetitions);
-    let (mut items, mut requests) = (0, 0);
+    let mut parsing = Vec::with_capacity(repetitions);
+    let (mut items, mut walk) = (0, Walk::default());
     for _ in 0..repetitions {
         let started = Instant::now();
-        (items, requests) = list_once(client, path, page_limit).await?;
+        (items, walk) = list_once(client, path, page_limit).await?;
         samples.push(started.elapsed().as_secs_f64());
+        parsing.push(walk.parsing_s);
     }
     Ok(Listing {
         path: path.to_string(),
         page_limit,
         items,
-        requests_per_listing: requests,
+        requests_per_listing: walk.requests,
         latency: Distribution::of(samples),
+        parsing: Distribution::of(parsing),
+        wire_bytes: walk.wire_bytes,
+        json_bytes: walk.json_bytes,
     })
 }
 
-/// One listing: the items it returned and the requests it took.
+/// One listing: the items it returned and what it took.
 async fn list_once(
     client: &kube::Client,
     path: &str,
     page_limit: Option<usize>,
-) -> Result<(usize, usize)> {
+) -> Result<(usize, Walk)> {
     let mut items = 0;
-    let requests = list_pages(client, path, page_limit, |page| items += page.len()).await?;
-    Ok((items, requests))
+    let walk = list_pages(client, path, page_limit, |page| items += page.len()).await?;
+    Ok((items, walk))
+}
+
+/// What a walk over a listing's pages took.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Walk {
+    /// Requests.
+    pub requests: usize,
+    /// Bytes on the wire.
+    pub wire_bytes: usize,
+    /// Bytes of JSON they carried.
+    pub json_bytes: usize,
+    /// Seconds spent parsing the JSON.
+    pub parsing_s: f64,
 }
 
 /// Lists `path` as `kubectl` does — page by page with `?limit=` and
@@ -95,8 +125,8 @@ pub async fn list_pages(
     path: &str,
     page_limit: Option<usize>,
     mut each_page: impl FnMut(&[serde_json::Value]),
-) -> Result<usize> {
-    let mut requests = 0;
+) -> Result<Walk> {
+    let mut walk = Walk::default();
     let mut continue_token: Option<String> = None;
     loop {
         let mut query = Vec::new();
@@ -111,11 +141,27 @@ pub async fn list_pages(
         } else {
             format!("{path}?{}", query.join("&"))
         };
-        let list = tokio::time::timeout(Duration::from_secs(30), get_json(client, &uri))
-            .await
-            .with_context(|| format!("GET {uri} took more than 30 s"))?
-            .with_context(|| format!("GET {uri}"))?;
-        requests += 1;
+        let answer = tokio::time::timeout(
+            Duration::from_secs(30),
+            koord_queue_tests::visibility::get_accepting_gzip(client, &uri),
+        )
+        .await
+        .with_context(|| format!("GET {uri} took more than 30 s"))?
+        .with_context(|| format!("GET {uri}"))?;
+        if !(200..300).contains(&answer.status) {
+            bail!(
+                "GET {uri}: {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+        let parsing = Instant::now();
+        let list: serde_json::Value =
+            serde_json::from_slice(&answer.body).with_context(|| format!("parsing GET {uri}"))?;
+        walk.parsing_s += parsing.elapsed().as_secs_f64();
+        walk.requests += 1;
+        walk.wire_bytes += answer.wire_bytes;
+        walk.json_bytes += answer.body.len();
         let Some(page) = list["items"].as_array() else {
             bail!("GET {uri} answered without items: {list}");
         };
@@ -125,20 +171,7 @@ pub async fn list_pages(
             .filter(|t| !t.is_empty())
             .map(str::to_string);
         if continue_token.is_none() || page_limit.is_none() {
-            return Ok(requests);
+            return Ok(walk);
         }
     }
-}
-
-/// GETs `uri` as kubectl does (asking for gzip), parsed.
-async fn get_json(client: &kube::Client, uri: &str) -> Result<serde_json::Value> {
-    let answer = koord_queue_tests::visibility::get_accepting_gzip(client, uri).await?;
-    if !(200..300).contains(&answer.status) {
-        bail!(
-            "{}: {}",
-            answer.status,
-            String::from_utf8_lossy(&answer.body)
-        );
-    }
-    serde_json::from_slice(&answer.body).context("parsing the answer")
 }

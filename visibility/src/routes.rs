@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
@@ -19,7 +19,7 @@ use tower_http::compression::predicate::{DefaultPredicate, Predicate, SizeAbove}
 
 use crate::authn::{Refusal, RequestHeaderConfig, User};
 use crate::authz::{Attributes, Verdict};
-use crate::cache::{AnswerCache, CacheKey};
+use crate::cache::{AnswerCache, CacheKey, Kept};
 use crate::discovery;
 use crate::queries::{Answer, Ask, Page, Queries, Reply, Unanswered};
 use crate::table;
@@ -265,6 +265,7 @@ async fn answer(
         ask: ask.clone(),
         page,
         table,
+        gzip: accepts_gzip(headers),
     };
     let known = state.cache.generation(&key);
     let mut reply = match state.queries.ask(ask.clone(), page, known).await {
@@ -272,8 +273,8 @@ async fn answer(
         Err(e) => return unavailable(e),
     };
     if reply.answer == Answer::Unchanged {
-        if let Some(body) = known.and_then(|g| state.cache.get(&key, g)) {
-            return json_body(body);
+        if let Some(kept) = known.and_then(|g| state.cache.get(&key, g)) {
+            return json_body(kept);
         }
         // Replaced or evicted since: ask for the answer itself.
         reply = match state.queries.ask(ask, page, None).await {
@@ -329,8 +330,15 @@ async fn answer(
             );
         }
     };
-    let body = match body {
-        Ok(body) => Bytes::from(body),
+    let kept = match body.map(|body| encode(body, key.gzip)) {
+        Ok(Ok(kept)) => kept,
+        Ok(Err(e)) => {
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("cannot gzip the answer: {e}"),
+            );
+        }
         Err(e) => {
             return status(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -340,14 +348,62 @@ async fn answer(
         }
     };
     if let Some(generation) = generation {
-        state.cache.put(key, generation, body.clone());
+        state.cache.put(key, generation, kept.clone());
     }
-    json_body(body)
+    json_body(kept)
 }
 
-/// A JSON answer of serialized `body`.
-fn json_body(body: Bytes) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// Whether the client accepts gzip (`Accept-Encoding: gzip`, `*`, not at
+/// `q=0`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
+}
+
+/// The answer as sent: gzipped when the client accepts it and it is long
+/// enough to be worth it (the compression layer does the same for answers
+/// not kept; an answer gzipped here passes through it untouched).
+fn encode(body: Vec<u8>, gzip: bool) -> std::io::Result<Kept> {
+    use std::io::Write as _;
+    if !gzip || (body.len() as u64) <= COMPRESS_ABOVE_BYTES {
+        return Ok(Kept {
+            body: Bytes::from(body),
+            gzipped: false,
+        });
+    }
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 16),
+        flate2::Compression::fast(),
+    );
+    encoder.write_all(&body)?;
+    Ok(Kept {
+        body: Bytes::from(encoder.finish()?),
+        gzipped: true,
+    })
+}
+
+/// A JSON answer as kept.
+fn json_body(kept: Kept) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], kept.body).into_response();
+    if kept.gzipped {
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+    response
 }
 
 /// The answer when the scheduler's state could not be asked.
@@ -462,5 +518,26 @@ fn attributes(ask: &Ask, system_namespace: &str) -> Attributes {
             namespace: Some(system_namespace.to_string()),
             name: Some(name.clone()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn gzip_is_accepted_as_http_says() {
+        let accepts = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT_ENCODING, value.parse().unwrap());
+            accepts_gzip(&headers)
+        };
+        assert!(accepts("gzip"));
+        assert!(accepts("deflate, GZIP;q=0.5"));
+        assert!(accepts("*"));
+        assert!(!accepts("gzip;q=0"));
+        assert!(!accepts("br, deflate"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
     }
 }

@@ -372,7 +372,7 @@ async fn a_long_list_is_gzipped_for_a_client_that_accepts_it() {
 #[tokio::test]
 async fn a_question_asked_again_while_nothing_changed_is_answered_from_the_kept_bytes() {
     let owner = Owner {
-        count: 50,
+        count: 200,
         ..Owner::default()
     };
     let api = api_over(owner.clone());
@@ -394,6 +394,13 @@ async fn a_question_asked_again_while_nothing_changed_is_answered_from_the_kept_
     ask().await;
     ask().await;
     assert_eq!(owner.rendered.load(Ordering::SeqCst), 2);
+    // Gzipped for a client that accepts it: kept in that form too, so it
+    // is compressed once, not for every request.
+    let gzipped = || async { body_of(api.clone().oneshot(listing(true)).await.unwrap()).await };
+    let (encoding, first) = gzipped().await;
+    assert_eq!(encoding.as_deref(), Some("gzip"));
+    assert_eq!(gzipped().await, (Some("gzip".to_string()), first));
+    assert_eq!(owner.rendered.load(Ordering::SeqCst), 3);
     // Another user is still authorized on its own: bob is refused what
     // alice was given.
     let mut request = listing(false);
