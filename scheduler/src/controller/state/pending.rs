@@ -355,7 +355,14 @@ impl Controller {
             None => (&q.min, &q.min, &q.max, &zero),
         };
         let (mut borrowed, mut lent) = (Resources::new(), Resources::new());
+        // Only what the quota governs (names in its min or max): a quota
+        // that sets neither for memory does not borrow the memory its units
+        // use, it just does not count it.
+        let names = |r: &Resources, resource| r.iter().any(|(n, _)| n == resource);
         for (resource, _) in used.iter().chain(effective_min.iter()) {
+            if !names(min, resource) && !names(max, resource) {
+                continue;
+            }
             let over = used.get(resource) - effective_min.get(resource);
             if over > 0 {
                 borrowed.set(resource, over);

@@ -17,6 +17,11 @@ use crate::controller::sources::{Change, Input};
 /// Unit `name` (2 cpu, quota `q`) of held job `name`, created `second`
 /// seconds into 2026, with `status`.
 pub(super) fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
+    queued_asking(s, name, second, status, json!({ "cpu": "2" }));
+}
+
+/// [`queued`] asking for `resource`.
+fn queued_asking(s: &mut Scenario, name: &str, second: u32, status: Value, resource: Value) {
     s.rv += 1;
     let created = format!("2026-01-01T00:00:{second:02}Z");
     let unit: QueueUnit = serde_json::from_value(json!({
@@ -27,7 +32,7 @@ pub(super) fn queued(s: &mut Scenario, name: &str, second: u32, status: Value) {
                       "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job",
                                             "name": name, "uid": format!("uid-{name}") }] },
         "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": "ns" },
-                  "queue": "q", "resource": { "cpu": "2" }, "priority": 0 },
+                  "queue": "q", "resource": resource, "priority": 0 },
         "status": status,
     }))
     .unwrap();
@@ -188,6 +193,33 @@ fn the_quotas_of_a_namespace_show_what_they_hold_and_what_waits() {
     assert_eq!(q.pending, 2);
     assert_eq!(q.admitted, 2);
     assert!(q.parent.is_none());
+}
+
+#[test]
+fn a_quota_borrows_only_what_it_governs() {
+    // Quota `q` names cpu only (max 4, no min); a unit also asks memory.
+    let mut s = Scenario::new(json!({}));
+    queued_asking(
+        &mut s,
+        "m",
+        0,
+        json!({ "phase": "Enqueued" }),
+        json!({ "cpu": "2", "memory": "64Mi" }),
+    );
+    s.cycle();
+    assert_eq!(super::summary(&s.take()), ["Release Dequeued"]);
+    let Answer::Quotas(quotas) = ask(&mut s, Ask::Quotas(Some("ns".into())), Page::default())
+    else {
+        panic!("not quotas");
+    };
+    let q = quotas.iter().find(|q| q.metadata.name == "q").unwrap();
+    assert_eq!(q.used["memory"], "64Mi", "what it holds is shown");
+    assert_eq!(q.borrowed["cpu"], "2");
+    assert!(
+        !q.borrowed.contains_key("memory"),
+        "memory is not governed by q: not borrowed ({:?})",
+        q.borrowed
+    );
 }
 
 #[test]
