@@ -50,20 +50,56 @@ pub const JOB_LABELS: QueueLabels = QueueLabels {
     priority_class: PRIORITY_LABEL,
 };
 
-/// Kueue's client rate limits: the shipped manager configuration's
-/// (`config/components/manager/controller_manager_config.yaml`), which its
-/// performance test's minimalkueue uses too.
-pub const CLIENT_QPS: u32 = 50;
-/// See [`CLIENT_QPS`].
-pub const CLIENT_BURST: u32 = 100;
+/// Kueue manager's client rate limit (`clientConnection`), the one setting
+/// a platform team raises first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientRate {
+    /// Requests a second.
+    pub qps: u32,
+    /// Burst.
+    pub burst: u32,
+}
+
+impl ClientRate {
+    /// The shipped manager configuration's
+    /// (`config/components/manager/controller_manager_config.yaml`), which
+    /// Kueue's performance test's minimalkueue uses too.
+    pub const SHIPPED: Self = Self {
+        qps: 50,
+        burst: 100,
+    };
+}
+
+impl std::str::FromStr for ClientRate {
+    type Err = String;
+
+    /// `QPS/BURST`, e.g. `500/1000`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("expected QPS/BURST such as 500/1000, got {text:?}");
+        let (qps, burst) = text.split_once('/').ok_or_else(bad)?;
+        let number = |n: &str| n.trim().parse::<u32>().ok().filter(|n| *n > 0);
+        match (number(qps), number(burst)) {
+            (Some(qps), Some(burst)) if burst >= qps => Ok(Self { qps, burst }),
+            (Some(_), Some(_)) => Err(format!("the burst must be at least the QPS: {text:?}")),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for ClientRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.qps, self.burst)
+    }
+}
 
 /// How Kueue runs in the comparison, for its JSON's `settings.kueue`.
-pub fn settings_json() -> serde_json::Value {
+pub fn settings_json(rate: ClientRate) -> serde_json::Value {
     serde_json::json!({
         "version": KUEUE_VERSION,
         "process": "cmd/kueue built with go install (CGO off, -trimpath -s -w), admin credentials, --zap-log-level=2, VisibilityOnDemand off, leader election off",
-        "client_qps": CLIENT_QPS,
-        "client_burst": CLIENT_BURST,
+        "client_qps": rate.qps,
+        "client_burst": rate.burst,
+        "client_rate": if rate == ClientRate::SHIPPED { "shipped" } else { "raised (--kueue-client-rate)" },
         "integrations": ["batch/job"],
         "webhooks": "its own (Job, Workload, ClusterQueue, Cohort, ResourceFlavor, LocalQueue, WorkloadPriorityClass), by URL, the runner's certificates",
         "cluster_queues": "one per leaf quota: nominal 20 CPU, borrowingLimit 100, cohort per parent, BestEffortFIFO, preemption reclaimWithinCohort Any, withinClusterQueue LowerPriority",
@@ -118,7 +154,12 @@ fn loopback(port: u16) -> SocketAddr {
 /// loopback, no leader election (one replica), certificates from
 /// `cert_dir` instead of its internal certificate management, metrics off
 /// (nothing scrapes them), only the batch/v1 Job integration.
-fn configuration(health: SocketAddr, webhook_port: u16, cert_dir: &Path) -> String {
+fn configuration(
+    health: SocketAddr,
+    webhook_port: u16,
+    cert_dir: &Path,
+    rate: ClientRate,
+) -> String {
     format!(
         r#"apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -145,13 +186,15 @@ controller:
     ClusterQueue.kueue.x-k8s.io: 1
     ResourceFlavor.kueue.x-k8s.io: 1
 clientConnection:
-  qps: {CLIENT_QPS}
-  burst: {CLIENT_BURST}
+  qps: {qps}
+  burst: {burst}
 integrations:
   frameworks:
   - "batch/job"
 "#,
         cert_dir = cert_dir.display(),
+        qps = rate.qps,
+        burst = rate.burst,
     )
 }
 
@@ -165,6 +208,7 @@ impl Kueue {
         admin: &kube::Client,
         shape: &Shape,
         install: &Install,
+        rate: ClientRate,
     ) -> Result<Self> {
         setup::apply_crds(admin, install).await?;
         koord_queue_tests::fixtures::ensure_namespace(admin, NAMESPACE).await?;
@@ -183,8 +227,11 @@ impl Kueue {
         let health = loopback(free_port()?);
         let webhook_port = free_port()?;
         let config_path = cp.dir().join("kueue-config.yaml");
-        std::fs::write(&config_path, configuration(health, webhook_port, &cert_dir))
-            .with_context(|| format!("writing {}", config_path.display()))?;
+        std::fs::write(
+            &config_path,
+            configuration(health, webhook_port, &cert_dir, rate),
+        )
+        .with_context(|| format!("writing {}", config_path.display()))?;
         let args = [
             format!("--config={}", config_path.display()),
             // Shipped manager flag (config/components/manager/manager.yaml).
@@ -239,5 +286,36 @@ async fn wait_ready(process: &mut Process, health: SocketAddr, within: Duration)
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_client_rate_reads_as_qps_slash_burst() {
+        assert_eq!(
+            "500/1000".parse::<ClientRate>(),
+            Ok(ClientRate {
+                qps: 500,
+                burst: 1000
+            })
+        );
+        assert_eq!(
+            ClientRate::SHIPPED.to_string().parse(),
+            Ok(ClientRate::SHIPPED)
+        );
+        for bad in ["500", "0/10", "x/10", "100/50", ""] {
+            assert!(bad.parse::<ClientRate>().is_err(), "{bad}");
+        }
+        let config = configuration(
+            "127.0.0.1:1".parse().unwrap(),
+            2,
+            Path::new("/c"),
+            "500/1000".parse().unwrap(),
+        );
+        assert!(config.contains("  qps: 500\n  burst: 1000\n"), "{config}");
     }
 }

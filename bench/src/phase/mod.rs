@@ -108,6 +108,8 @@ pub struct PhaseConfig {
     /// Read the waiting units' start-time estimates through the visibility
     /// API this often (`--estimates-every`; Koord-Queue's phases only).
     pub estimates_every: Option<Duration>,
+    /// Kueue's client rate limit (Kueue's phases only).
+    pub kueue_client_rate: kueue::ClientRate,
 }
 
 /// Runs one phase on a fresh control plane.

@@ -87,7 +87,9 @@ impl System {
             QueueSystem::Kueue => {
                 eprintln!("[{name}] starting Kueue {}", kueue::KUEUE_VERSION);
                 let install = install.context("Kueue's install was not looked for")?;
-                Self::Kueue(Kueue::start(cp, admin, shape, install).await?)
+                Self::Kueue(
+                    Kueue::start(cp, admin, shape, install, config.kueue_client_rate).await?,
+                )
             }
             QueueSystem::KoordQueue => {
                 eprintln!("[{name}] starting the webhook and the scheduler");

@@ -19,9 +19,10 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     start.announce(
         "bench-e2e kueue",
         format_args!(
-            "{}; Koord-Queue, then Kueue {}",
+            "{}; Koord-Queue, then Kueue {} (client rate {})",
             shape_line(&shape),
-            koord_queue_bench::kueue::KUEUE_VERSION
+            koord_queue_bench::kueue::KUEUE_VERSION,
+            cli.kueue_client_rate
         ),
     );
     let stats = Arc::new(ApiStats::default());
@@ -46,7 +47,7 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     json["settings"] = json!({
         "koord_queue": koord_queue,
         "run_bound_factor": cli.run_bound_factor,
-        "kueue": koord_queue_bench::kueue::settings_json(),
+        "kueue": koord_queue_bench::kueue::settings_json(cli.kueue_client_rate),
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
         "machine": start.machine(),

@@ -107,6 +107,11 @@ struct Cli {
     /// Do not mark released jobs running before completing them.
     #[arg(long)]
     no_running_status: bool,
+    /// Kueue's client rate limit as `QPS/BURST` (`--phases kueue`): its
+    /// shipped configuration's 50/100 by default; a platform team raises it
+    /// first (e.g. `500/1000`).
+    #[arg(long, default_value_t = koord_queue_bench::kueue::ClientRate::SHIPPED)]
+    kueue_client_rate: koord_queue_bench::kueue::ClientRate,
     /// Scheduler `--write-concurrency` (also the null scheduler's).
     #[arg(long, default_value_t = 48)]
     write_concurrency: usize,
@@ -305,6 +310,7 @@ impl Cli {
             components: self.placement(kueue),
             logs_dir: self.logs_dir.clone(),
             estimates_every: self.estimates_every,
+            kueue_client_rate: self.kueue_client_rate,
         }
     }
 
