@@ -114,53 +114,13 @@ pub async fn get(client: &kube::Client, path: &str) -> Result<(u16, serde_json::
     }
 }
 
-/// An answer as it came over the wire.
-#[derive(Debug)]
-pub struct Wire {
-    /// Its status code.
-    pub status: u16,
-    /// Its `Content-Encoding`, if any.
-    pub encoding: Option<String>,
-    /// The bytes that crossed the wire.
-    pub wire_bytes: usize,
-    /// The body, gunzipped when it came gzipped.
-    pub body: Vec<u8>,
-}
+pub use koord_queue_visibility::client::Wire;
 
 /// GETs `uri` as JSON as `client` with `Accept-Encoding: gzip`, as
-/// client-go (hence kubectl) asks by default, and gunzips a gzipped answer.
-/// (kube-rs asks for gzip only with a crate feature that would turn it on
-/// for every client of the workspace, the scheduler's among them.)
+/// client-go (hence kubectl) asks by default, and gunzips a gzipped answer
+/// (the CLI's reader, `koord_queue_visibility::client`).
 pub async fn get_accepting_gzip(client: &kube::Client, uri: &str) -> Result<Wire> {
-    use http_body_util::BodyExt as _;
-    use std::io::Read as _;
-    let request = http::Request::get(uri)
-        .header(http::header::ACCEPT, "application/json")
-        .header(http::header::ACCEPT_ENCODING, "gzip")
-        .body(kube::client::Body::empty())?;
-    let response = client.send(request).await?;
-    let status = response.status().as_u16();
-    let encoding = response
-        .headers()
-        .get(http::header::CONTENT_ENCODING)
-        .and_then(|e| e.to_str().ok())
-        .map(str::to_string);
-    let wire = response.into_body().collect().await?.to_bytes();
-    let body = if encoding.as_deref() == Some("gzip") {
-        let mut plain = Vec::with_capacity(wire.len() * 8);
-        flate2::read::GzDecoder::new(&wire[..])
-            .read_to_end(&mut plain)
-            .context("gunzipping the answer")?;
-        plain
-    } else {
-        wire.to_vec()
-    };
-    Ok(Wire {
-        status,
-        encoding,
-        wire_bytes: wire.len(),
-        body,
-    })
+    Ok(koord_queue_visibility::client::get_wire(client, uri).await?)
 }
 
 /// The path of a namespace's pending units.

@@ -9,13 +9,15 @@
 //! scheduler serves it: the answers come from the state it decides on,
 //! asked through a channel (`queries.rs`). `types.rs` is what it answers,
 //! `history.rs` the scheduler's bounded history, `routes.rs` the paths,
-//! `cache.rs` the answers kept while the state stands, `discovery.rs`
+//! `cache.rs` the answers kept while the state stands, `client.rs` reading
+//! it as kubectl does (gzip), `discovery.rs`
 //! discovery and OpenAPI, `table.rs` what `kubectl get` prints, `serve.rs`
 //! TLS.
 
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod client;
 pub mod discovery;
 pub mod history;
 pub mod queries;
