@@ -26,6 +26,37 @@ pub fn sum_of(text: &str, family: &str) -> f64 {
         .sum()
 }
 
+/// The upper bound of the bucket of histogram `family` (no labels) within
+/// which its `q` quantile falls (`q` of 1: the bucket that holds every
+/// observation, a bound on the largest); `None` without observations, and
+/// infinity when it falls in the last bucket (`+Inf`).
+pub fn histogram_quantile(text: &str, family: &str, q: f64) -> Option<f64> {
+    let prefix = format!("{family}_bucket{{le=\"");
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix.as_str())?;
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let wanted = (q * total).ceil().max(1.0);
+    buckets
+        .iter()
+        .find(|(_, cumulative)| *cumulative >= wanted)
+        .map(|(le, _)| *le)
+}
+
 /// The value of the sample of `family` with exactly `labels` (in the
 /// order the exporter writes them), if there is one.
 pub fn sample(text: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -74,4 +105,25 @@ pub async fn wait_scheduler_quota_used(
             last.get()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_histogram_quantile_is_the_bound_of_its_bucket() {
+        let text = "# TYPE d histogram\n\
+            d_bucket{le=\"0.001\"} 50\n\
+            d_bucket{le=\"0.01\"} 98\n\
+            d_bucket{le=\"0.1\"} 100\n\
+            d_bucket{le=\"+Inf\"} 100\n\
+            d_sum 1.0\nd_count 100\n";
+        assert_eq!(histogram_quantile(text, "d", 0.5), Some(0.001));
+        assert_eq!(histogram_quantile(text, "d", 0.98), Some(0.01));
+        assert_eq!(histogram_quantile(text, "d", 0.99), Some(0.1));
+        assert_eq!(histogram_quantile(text, "d", 1.0), Some(0.1));
+        assert_eq!(histogram_quantile(text, "other", 0.5), None);
+    }
 }

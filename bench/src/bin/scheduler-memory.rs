@@ -353,6 +353,16 @@ async fn run(cli: Cli) -> Result<()> {
             "koord_queue_scheduler_cycle_duration_seconds_count"
         )
     );
+    let cycle = |q| {
+        metrics::histogram_quantile(&metrics, "koord_queue_scheduler_cycle_duration_seconds", q)
+            .map_or("-".to_string(), |s| format!("≤ {:.1} ms", s * 1000.0))
+    };
+    println!(
+        "  cycles:      p50 {}, p99 {}, longest {} (the duration histogram's bucket bounds; the first cycles after the start look at every unit; goal: a full cycle ≤ 50 ms)",
+        cycle(0.5),
+        cycle(0.99),
+        cycle(1.0)
+    );
     println!(
         "  VmRSS:       {:.1} MiB ({:.1} MB)",
         mib(rss),
