@@ -100,10 +100,11 @@ fn sorted(mut keys: Vec<&str>) -> Vec<&str> {
     keys
 }
 
-/// 8 cpu run in `a`; `a`'s head asks for 12, more than the limit's 10.
-/// Behind it a small unit of its queue and one of the sibling queue `b`.
-fn huge_waits(case: &Case) -> Core {
-    let mut c = tree(case.limit, 10);
+/// 8 cpu run in `a`; `a`'s head asks for 12 under a limit of `at` (10:
+/// more than the limit). Behind it a small unit of its queue and one of the
+/// sibling queue `b`.
+fn huge_waits(case: &Case, at: i64) -> Core {
+    let mut c = tree(case.limit, at);
     c.upsert_unit(&unit("ns", "running", "a", 8).created_at(0))
         .unwrap();
     assert_eq!(released(&c.run_cycle()), ["ns/running"]);
@@ -123,7 +124,7 @@ fn huge_waits(case: &Case) -> Core {
 #[test]
 fn a_head_that_can_never_fit_does_not_reserve_and_holds_no_one_back() {
     for case in &CASES {
-        let mut c = huge_waits(case);
+        let mut c = huge_waits(case, 10);
         // Both small units fit (9 of 10 in a; 10 of 10 under p and the
         // capacity): neither waits behind a head that can never start.
         let out = c.run_cycle();
@@ -172,7 +173,7 @@ fn a_head_that_can_never_fit_does_not_reserve_and_holds_no_one_back() {
 #[test]
 fn once_the_limit_is_raised_it_reserves_again() {
     for case in &CASES {
-        let mut c = huge_waits(case);
+        let mut c = huge_waits(case, 10);
         assert_eq!(sorted(released(&c.run_cycle())).len(), 2);
         // Raised to 14: it fits alone, not now (9 or 10 used + 12): it
         // reserves at once (priority 100), though nothing else changed in
@@ -222,20 +223,7 @@ fn once_the_limit_is_raised_it_reserves_again() {
 #[test]
 fn a_limit_lowered_under_a_reserving_head_lets_those_it_held_back_go() {
     for case in &CASES {
-        let mut c = tree(case.limit, 14);
-        c.upsert_unit(&unit("ns", "running", "a", 8).created_at(0))
-            .unwrap();
-        assert_eq!(released(&c.run_cycle()), ["ns/running"]);
-        c.upsert_unit(
-            &unit("ns", "huge", "a", 12)
-                .with_priority(100)
-                .created_at(10_000),
-        )
-        .unwrap();
-        c.upsert_unit(&unit("ns", "small-a", "a", 1).created_at(20_000))
-            .unwrap();
-        c.upsert_unit(&unit("ns", "small-b", "b", 1).created_at(21_000))
-            .unwrap();
+        let mut c = huge_waits(case, 14);
         let out = c.run_cycle();
         let across = case.limit != Limit::OwnMax;
         let expected: &[&str] = if across { &[] } else { &["ns/small-b"] };
