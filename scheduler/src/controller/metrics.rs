@@ -111,7 +111,7 @@ impl Metrics {
             quota_min: Family::default(),
             quota_max: Family::default(),
             quota_used: Family::default(),
-            cycle_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 22)),
+            cycle_duration: Histogram::new(one_two_five(10, 20)),
             dequeue_latency: Histogram::new(exponential_buckets(0.01, 2.0, 20)),
             attempts: Family::default(),
             write_errors: Family::default(),
@@ -276,9 +276,23 @@ impl Metrics {
     }
 }
 
+/// `count` bucket bounds (seconds) from `start_micros` in steps of 1, 2, 5
+/// (10 µs, 20 µs, 50 µs, 100 µs, …): round figures, so a goal such as "a
+/// full cycle ≤ 50 ms" is a bucket's bound and can be read off the
+/// histogram (doubling buckets put 50 ms inside 41–82 ms). Made from whole
+/// microseconds, so each bound prints as the round figure it is.
+fn one_two_five(start_micros: u64, count: usize) -> impl Iterator<Item = f64> {
+    [1, 2, 5]
+        .into_iter()
+        .cycle()
+        .enumerate()
+        .take(count)
+        .map(move |(i, step)| (start_micros * step * 10u64.pow((i / 3) as u32)) as f64 / 1e6)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Metrics, QuotaLabels};
+    use super::{Metrics, QuotaLabels, one_two_five};
     use prometheus_client::registry::Registry;
     use std::collections::HashSet;
 
@@ -291,6 +305,15 @@ mod tests {
 
     fn used(metrics: &Metrics, quota: &str) -> i64 {
         metrics.quota_used.get_or_create(&labels(quota)).get()
+    }
+
+    #[test]
+    fn cycle_buckets_step_1_2_5_and_have_the_goal_as_a_bound() {
+        let bounds: Vec<f64> = one_two_five(10, 20).collect();
+        assert_eq!(&bounds[..4], &[0.00001, 0.00002, 0.00005, 0.0001]);
+        assert!(bounds.contains(&0.05), "{bounds:?}");
+        assert_eq!(bounds.last(), Some(&20.0));
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
