@@ -65,6 +65,26 @@ pub async fn apiserver_metrics(client: &kube::Client) -> Result<String> {
         .context("reading the API server's /metrics")
 }
 
+/// Writes (POST, PUT, PATCH, DELETE) to the API `resources` (plural names,
+/// any group) that reached the API server, from its
+/// `apiserver_request_total`, read through an admin `client`.
+pub async fn apiserver_writes(client: &kube::Client, resources: &[&str]) -> Result<f64> {
+    let text = apiserver_metrics(client).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+                && resources
+                    .iter()
+                    .any(|r| l.contains(&format!("resource=\"{r}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 /// Whether a scheduler's `/metrics` text says it leads.
 pub fn leads(text: &str) -> bool {
     metric_sum(text, LEADER) >= 1.0

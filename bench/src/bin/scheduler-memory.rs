@@ -24,6 +24,12 @@
 //! with the aggregation layer as `make run` does, and the first `--backlog`
 //! units all go to the first leaf's Queue, whose backlog and namespace are
 //! listed through the kube-apiserver as an administrator would.
+//!
+//! Then the dashboard's overview and that Queue's page are loaded
+//! `--dashboard-loads` times in headless chromium, and (unless
+//! `--failover false`) the leader is SIGKILLed beside a warm standby, and
+//! the new leader SIGKILLed and started again cold: how long each takes to
+//! its first release, and what each writes to QueueUnits (issue 43).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,10 +39,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use koord_queue_bench::dashboard_load;
+use koord_queue_bench::failover::{self, Launcher};
 use koord_queue_tests::process::{Process, free_port};
 use koord_queue_tests::{
     ControlPlane, Tier, admin, fixtures, load, metrics, proc_stats, visibility,
 };
+
+/// The leader-election timing of the failover measurement.
+const FAILOVER_LEASE: [&str; 3] = [
+    "--lease-duration=5s",
+    "--renew-deadline=3s",
+    "--retry-period=1s",
+];
 
 #[derive(Debug, Parser)]
 #[command(about = "Resident memory of the scheduler process with many QueueUnits cached")]
@@ -76,6 +91,12 @@ struct Cli {
     /// Copy the scheduler's log here at the end.
     #[arg(long)]
     log_out: Option<PathBuf>,
+    /// Page loads of each measured dashboard page (0: none).
+    #[arg(long, default_value_t = 20)]
+    dashboard_loads: usize,
+    /// Measure a failover to a warm standby and a cold restart at the end.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    failover: bool,
     /// Load the cluster, print how to run the scheduler against it (e.g.
     /// under a heap profiler) and keep it until Ctrl-C; measure nothing.
     #[arg(long)]
@@ -168,23 +189,14 @@ async fn load(cp: &ControlPlane, cli: &Cli) -> Result<Duration> {
 }
 
 /// Writes to the kinds the scheduler writes (QueueUnits, Jobs, Queues,
-/// Events) that reached the API server, from `apiserver_request_total`; its
-/// Lease renewals and the API server's own housekeeping are left out.
+/// Events) that reached the API server; its Lease renewals and the API
+/// server's own housekeeping are left out.
 async fn api_writes(client: &kube::Client) -> Result<f64> {
-    let text = koord_queue_bench::admin_scrape::apiserver_metrics(client).await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-                && ["queueunits", "jobs", "queues", "events"]
-                    .iter()
-                    .any(|r| l.contains(&format!("resource=\"{r}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+    koord_queue_bench::admin_scrape::apiserver_writes(
+        client,
+        &["queueunits", "jobs", "queues", "events"],
+    )
+    .await
 }
 
 fn mib(kib: u64) -> f64 {
@@ -226,46 +238,50 @@ async fn run(cli: Cli) -> Result<()> {
 
     let config = cp.dir().join("scheduler-config.yaml");
     std::fs::write(&config, load::scheduler_config(cli.queues))?;
-    let admin_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
-    let visibility_port = free_port()?;
-    let log = cp.dir().join("koord-queue-scheduler.log");
-    let args: Vec<String> = [
+    let mut args: Vec<String> = vec![
         format!("--config={}", config.display()),
-        format!("--admin-addr={admin_addr}"),
-        format!("--visibility-addr=127.0.0.1:{visibility_port}"),
         format!(
             "--visibility-cert-dir={}",
             visibility::serving_dir(&cp)?.display()
         ),
         "--lease-name=scheduler-memory".into(),
-        "--identity=scheduler-memory".into(),
         "--log-level=info,kube=warn".into(),
-    ]
-    .into();
+    ];
+    if cli.failover {
+        // What the failover is measured with (the chart's
+        // `scheduler.leaderElection`): a standby takes a silent leader's
+        // Lease after 5 s instead of the default 15 s.
+        args.extend(FAILOVER_LEASE.iter().map(|a| a.to_string()));
+    }
+    let launcher = Launcher {
+        bin: bin.clone(),
+        args,
+        kubeconfig: cp.kubeconfig().to_path_buf(),
+        log_dir: cp.dir().to_path_buf(),
+    };
     if cli.load_only {
+        let admin_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
         println!("loaded; run the scheduler against it with:");
         println!(
             "  KUBECONFIG={} {} {}",
             cp.kubeconfig().display(),
             bin.display(),
-            args.join(" ")
+            launcher
+                .args_of("scheduler-memory", admin_addr, free_port()?)
+                .join(" ")
         );
         println!("Press Ctrl-C to stop.");
         tokio::signal::ctrl_c().await?;
         return Ok(());
     }
     let started = Instant::now();
-    let mut scheduler = Process::start_with_env(
-        "koord-queue-scheduler",
-        &bin,
-        &args,
-        &[("KUBECONFIG", cp.kubeconfig().as_os_str())],
-        log.clone(),
-    )?;
-    let pid = scheduler.pid();
+    let mut leader = launcher.start("scheduler-memory")?;
+    let (pid, admin_addr, visibility_port) =
+        (leader.process.pid(), leader.admin, leader.visibility_port);
+    let log = leader.process.log_path().to_path_buf();
     println!("scheduler {} started (pid {pid})", bin.display());
 
-    let result = watch(&cp, &cli, &mut scheduler, admin_addr, started).await;
+    let result = watch(&cp, &cli, &mut leader.process, admin_addr, started).await;
     if let Some(out) = &cli.log_out {
         std::fs::copy(&log, out)
             .with_context(|| format!("copying the log to {}", out.display()))?;
@@ -309,8 +325,40 @@ async fn run(cli: Cli) -> Result<()> {
         references.push(listing);
     }
     let rss_after_listings = rss_of(pid, "VmRSS")?;
-    scheduler.check_alive()?;
-    scheduler.terminate(Duration::from_secs(15));
+    leader.process.check_alive()?;
+    let pages = [
+        "/#/".to_string(),
+        format!("/#/queue/{}", load::leaf_name(0)),
+    ];
+    let page_loads = if cli.dashboard_loads > 0 {
+        let loads = dashboard_load::measure(&cp, &pages, cli.dashboard_loads).await?;
+        for page in &loads {
+            println!("  {}", page.line());
+        }
+        loads
+    } else {
+        Vec::new()
+    };
+    let mut takeovers = Vec::new();
+    if cli.failover {
+        // Two units holding quota in the backlog's Queue: a takeover's
+        // first release is the room one of them leaves.
+        let (namespace, queue) = ("ns-0", load::leaf_name(0));
+        let jobs = failover::admitted_jobs(&admin_client, namespace, &queue, 2).await?;
+        let (mut standby, warm) =
+            failover::warm_standby(&admin_client, &launcher, &mut leader, namespace, &jobs[0])
+                .await?;
+        println!("  {}", warm.line());
+        takeovers.push(warm);
+        let (mut restarted, cold) =
+            failover::cold_restart(&admin_client, &launcher, &mut standby, namespace, &jobs[1])
+                .await?;
+        println!("  {}", cold.line());
+        takeovers.push(cold);
+        restarted.process.terminate(Duration::from_secs(15));
+    } else {
+        leader.process.terminate(Duration::from_secs(15));
+    }
 
     let secs =
         |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.1}s", d.as_secs_f64()));
@@ -357,8 +405,12 @@ async fn run(cli: Cli) -> Result<()> {
         metrics::histogram_quantile(&metrics, "koord_queue_scheduler_cycle_duration_seconds", q)
             .map_or("-".to_string(), |s| format!("≤ {:.1} ms", s * 1000.0))
     };
+    let family = "koord_queue_scheduler_cycle_duration_seconds";
+    let all = metrics::sum_of(&metrics, &format!("{family}_count"));
+    let over_50ms = metrics::sample(&metrics, &format!("{family}_bucket"), &[("le", "0.05")])
+        .map_or("-".to_string(), |within| format!("{:.0}", all - within));
     println!(
-        "  cycles:      p50 {}, p99 {}, longest {} (the duration histogram's bucket bounds; the first cycles after the start look at every unit; goal: a full cycle ≤ 50 ms)",
+        "  cycles:      p50 {}, p99 {}, longest {}, {over_50ms} over 50 ms (the duration histogram's bucket bounds; the first cycles after the start look at every unit; goal: a full cycle ≤ 50 ms)",
         cycle(0.5),
         cycle(0.99),
         cycle(1.0)
@@ -394,6 +446,23 @@ async fn run(cli: Cli) -> Result<()> {
         "  VmRSS after the listings: {:.1} MiB",
         mib(rss_after_listings)
     );
+    if !page_loads.is_empty() {
+        println!(
+            "  dashboard:   page loads as the demo administrator, from the navigation's start to the first figures drawn (goal: p95 ≤ 1 s)"
+        );
+        for page in &page_loads {
+            println!("               {}", page.line());
+        }
+    }
+    if !takeovers.is_empty() {
+        println!(
+            "  failover:    Lease {} (goals: a warm standby's first release ≤ 10 s after the SIGKILL, a cold start's ≤ 60 s; no writes to units whose state did not change)",
+            FAILOVER_LEASE.join(" ")
+        );
+        for takeover in &takeovers {
+            println!("               {}", takeover.line());
+        }
+    }
     Ok(())
 }
 
