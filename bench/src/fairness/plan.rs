@@ -63,6 +63,9 @@ pub struct FairnessConfig {
     /// How long the jobs left when the tenants stop may take to finish.
     #[serde(rename = "drain_ms", serialize_with = "millis")]
     pub drain: Duration,
+    /// A spec merged into each child's Queue (`--queue-spec`), e.g. its
+    /// preemption: the scenario with preemption on (issue 44).
+    pub queue_spec: Option<serde_json::Value>,
 }
 
 impl Default for FairnessConfig {
@@ -88,6 +91,7 @@ impl Default for FairnessConfig {
             sample_every: Duration::from_millis(500),
             plot_window: Duration::from_secs(10),
             drain: Duration::from_secs(180),
+            queue_spec: None,
         }
     }
 }

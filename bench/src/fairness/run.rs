@@ -148,7 +148,7 @@ pub async fn run(
     let stats = Arc::new(ApiStats::default());
     let admin_path = cp.kubeconfig().to_path_buf();
     let admin = api_stats::client(&admin_path, stats.clone(), Component::Admin).await?;
-    phase::prepare(&admin, &shape, &PhaseSpec::RUN, None).await?;
+    phase::prepare(&admin, &shape, &PhaseSpec::RUN, config.queue_spec.as_ref()).await?;
     set_quotas(&admin, config, fair).await?;
     let mut options = scheduler.clone();
     options.root_cpu = Some(shape.root_cpu);

@@ -13,6 +13,7 @@ pub(super) async fn run(cli: &Cli) -> Result<bool> {
         submit_for: cli.submit_for,
         warmup: cli.warmup,
         backlog: cli.backlog,
+        queue_spec: cli.queue_spec.clone(),
         ..FairnessConfig::default()
     };
     config.validate()?;
