@@ -6,6 +6,7 @@
 use k8s_openapi::api::core::v1::{Event, Node};
 use koord_queue_api::QueueUnit;
 use koord_queue_api::keys::SYSTEM_NAMESPACE;
+use koord_queue_api::queue_unit::QueueUnitPhase;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
@@ -114,10 +115,12 @@ pub async fn quotas(
 }
 
 /// The QueueUnits of `namespace` (`None`: every namespace) in Queue
-/// `queue`, selected by the API server (the CRD's selectable field
-/// `spec.queue`); an API server that cannot select on it (older than 1.31,
-/// or the CRD from before the field) is read whole and filtered here.
-pub async fn units_in_queue(
+/// `queue` that hold quota, selected by the API server (the CRD's
+/// selectable fields `spec.queue` and `status.phase`): the backlog, which
+/// may be 10,000 units, stays out of the read. An API server that cannot
+/// select on them (older than 1.31, or the CRD from before the fields) is
+/// read whole and filtered here.
+pub async fn holding_in_queue(
     client: &kube::Client,
     namespace: Option<&str>,
     queue: &str,
@@ -128,19 +131,38 @@ pub async fn units_in_queue(
     };
     let selected = ListParams::default()
         .match_any()
-        .fields(&format!("spec.queue={queue}"));
-    match api.list(&selected).await {
-        Ok(list) => Ok(list.items),
+        .fields(&holding_selector(queue));
+    let units = match api.list(&selected).await {
+        Ok(list) => list.items,
         Err(kube::Error::Api(s)) if s.code == 400 => {
-            let all = api.list(&ListParams::default().match_any()).await?;
-            Ok(all
-                .items
-                .into_iter()
-                .filter(|u| u.spec.queue == queue)
-                .collect())
+            api.list(&ListParams::default().match_any()).await?.items
         }
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(units
+        .into_iter()
+        .filter(|u| u.spec.queue == queue)
+        .filter(|u| {
+            u.status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(|p| p.holds_quota())
+        })
+        .collect())
+}
+
+/// The field selector of Queue `queue`'s units that hold quota. Field
+/// selectors only say `=` and `!=`, so it names every phase that holds
+/// none, and the empty one (a unit not yet adopted).
+fn holding_selector(queue: &str) -> String {
+    let mut selector = format!("spec.queue={queue},status.phase!=");
+    for phase in QueueUnitPhase::ALL.into_iter().filter(|p| !p.holds_quota()) {
+        if let Ok(Value::String(name)) = serde_json::to_value(phase) {
+            selector.push_str(",status.phase!=");
+            selector.push_str(&name);
+        }
     }
+    selector
 }
 
 /// QueueUnit `namespace/name`.
@@ -186,4 +208,18 @@ pub async fn history(client: &kube::Client, namespace: Option<&str>) -> Result<V
         .body(Vec::new())
         .map_err(|e| ReadError::Failed(e.to_string()))?;
     Ok(client.request(request).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holding_selector;
+
+    #[test]
+    fn the_holding_selector_leaves_out_every_phase_that_holds_nothing() {
+        assert_eq!(
+            holding_selector("q"),
+            "spec.queue=q,status.phase!=,status.phase!=Enqueued,status.phase!=SchedFailed,\
+             status.phase!=Succeed,status.phase!=Failed,status.phase!=TimeoutBackoff"
+        );
+    }
 }

@@ -130,13 +130,13 @@ impl Viewer {
         }
     }
 
-    /// The QueueUnits of Queue `queue` the user may list (the cluster's,
-    /// else their namespaces').
-    pub async fn units_in_queue(
+    /// The QueueUnits of Queue `queue` that hold quota, of those the user
+    /// may list (the cluster's, else their namespaces').
+    pub async fn holding_in_queue(
         &self,
         queue: &str,
     ) -> Result<Seen<Vec<koord_queue_api::QueueUnit>>, ReadError> {
-        match reads::units_in_queue(&self.client, None, queue).await {
+        match reads::holding_in_queue(&self.client, None, queue).await {
             Ok(all) => Ok(Seen {
                 value: all,
                 cluster_wide: true,
@@ -145,7 +145,7 @@ impl Viewer {
             Err(ReadError::Forbidden(_)) => {
                 let mut seen: Seen<Vec<koord_queue_api::QueueUnit>> = Seen::default();
                 for ns in &self.namespaces {
-                    match reads::units_in_queue(&self.client, Some(ns), queue).await {
+                    match reads::holding_in_queue(&self.client, Some(ns), queue).await {
                         Ok(items) => seen.value.extend(items),
                         Err(e) => seen.problems.push(format!("QueueUnits of {ns}: {e}")),
                     }

@@ -51,19 +51,9 @@ pub async fn build(viewer: &Viewer, name: &str, params: &ViewParams) -> Result<V
     problems.extend(quotas.problems);
     let quota = quotas.value.iter().find(|q| name_of(q) == name).cloned();
 
-    let units = viewer.units_in_queue(name).await?;
+    let units = viewer.holding_in_queue(name).await?;
     problems.extend(units.problems);
-    let mut admitted: Vec<&QueueUnit> = units
-        .value
-        .iter()
-        .filter(|u| u.spec.queue == name)
-        .filter(|u| {
-            u.status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(|p| p.holds_quota())
-        })
-        .collect();
+    let mut admitted: Vec<&QueueUnit> = units.value.iter().collect();
     admitted.sort_by(|a, b| {
         let at = |u: &QueueUnit| u.status.as_ref().and_then(|s| s.last_allocate_time.clone());
         at(b)
