@@ -134,8 +134,8 @@ impl Takeover {
     }
 }
 
-/// Jobs of units that hold quota in Queue `quota`'s namespace `namespace`:
-/// each takeover deletes one of them. At least `count`.
+/// Names of `count` Jobs in `namespace` whose units, charged to `quota`,
+/// were released and hold it: each takeover deletes one of them.
 pub async fn admitted_jobs(
     client: &kube::Client,
     namespace: &str,
@@ -152,7 +152,10 @@ pub async fn admitted_jobs(
             page.items
                 .iter()
                 .filter(|u| {
-                    u.status.as_ref().and_then(|s| s.phase) == Some(QueueUnitPhase::Dequeued)
+                    u.status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(QueueUnitPhase::is_released)
                 })
                 .filter_map(|u| u.spec.consumer_ref.name.clone()),
         );
