@@ -200,17 +200,13 @@ pub async fn warm_standby(
         "  standby ready (caches warm) after {:.1?}",
         started.elapsed()
     );
-    let writes = unit_writes(client).await?;
-    let killed = Instant::now();
-    leader.process.kill();
-    delete_job(client, namespace, freed).await?;
+    let killed = kill_and_free(client, leader, namespace, freed).await?;
     let takeover = follow(
         client,
         &mut standby,
         "warm standby",
-        killed,
+        &killed,
         Some(Duration::ZERO),
-        writes,
     )
     .await?;
     Ok((standby, takeover))
@@ -226,13 +222,31 @@ pub async fn cold_restart(
     namespace: &str,
     freed: &str,
 ) -> Result<(Replica, Takeover)> {
-    let writes = unit_writes(client).await?;
-    let killed = Instant::now();
+    let killed = kill_and_free(client, leader, namespace, freed).await?;
+    let mut restarted = launcher.start(&leader.identity)?;
+    let takeover = follow(client, &mut restarted, "cold start", &killed, None).await?;
+    Ok((restarted, takeover))
+}
+
+/// The moment a leader was SIGKILLed, and the QueueUnit writes counted then.
+struct Killed {
+    at: Instant,
+    unit_writes: f64,
+}
+
+/// SIGKILLs `leader` and deletes Job `freed`, as if it had finished: the
+/// release its room allows is the next leader's to make.
+async fn kill_and_free(
+    client: &kube::Client,
+    leader: &mut Replica,
+    namespace: &str,
+    freed: &str,
+) -> Result<Killed> {
+    let unit_writes = unit_writes(client).await?;
+    let at = Instant::now();
     leader.process.kill();
     delete_job(client, namespace, freed).await?;
-    let mut restarted = launcher.start(&leader.identity)?;
-    let takeover = follow(client, &mut restarted, "cold start", killed, None, writes).await?;
-    Ok((restarted, takeover))
+    Ok(Killed { at, unit_writes })
 }
 
 /// Follows `replica` from `killed` until its first release and
@@ -241,25 +255,24 @@ async fn follow(
     client: &kube::Client,
     replica: &mut Replica,
     what: &'static str,
-    killed: Instant,
+    killed: &Killed,
     mut ready: Option<Duration>,
-    writes_before: f64,
 ) -> Result<Takeover> {
     let mut leading = None;
     let first_release = loop {
         replica.process.check_alive()?;
         if ready.is_none() && answers_ok(replica.admin, "/readyz").await {
-            ready = Some(killed.elapsed());
+            ready = Some(killed.at.elapsed());
         }
         if let Ok(metrics) = scrape(replica.admin).await {
             if leading.is_none() && leads(&metrics) {
-                leading = Some(killed.elapsed());
+                leading = Some(killed.at.elapsed());
             }
             if released(&metrics) > 0.0 {
-                break killed.elapsed();
+                break killed.at.elapsed();
             }
         }
-        if killed.elapsed() > TAKEOVER_TIMEOUT {
+        if killed.at.elapsed() > TAKEOVER_TIMEOUT {
             bail!("{what}: no release within {TAKEOVER_TIMEOUT:?} of the SIGKILL");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -276,7 +289,7 @@ async fn follow(
         ready: ready.unwrap_or(first_release),
         leading: leading.unwrap_or(first_release),
         first_release,
-        unit_writes: unit_writes(client).await? - writes_before,
+        unit_writes: unit_writes(client).await? - killed.unit_writes,
         releases: released(&metrics),
         longest_cycle: histogram_quantile(&metrics, CYCLES, 1.0),
     })
