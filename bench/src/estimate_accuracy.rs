@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::report::{Distribution, percentile};
 use crate::runner::JobTimeline;
-use crate::shape::{CLASSES, Shape};
+use crate::shape::Shape;
 use crate::visibility_listing::list_pages;
 
 /// How long before its release a unit's estimate must have been read to
@@ -207,7 +207,8 @@ pub fn accuracy(
     estimates: &[Vec<(f64, f64)>],
     lead: f64,
 ) -> Vec<ClassAccuracy> {
-    CLASSES
+    shape
+        .classes
         .iter()
         .enumerate()
         .map(|(c, class)| {
@@ -307,7 +308,7 @@ mod tests {
     #[test]
     fn the_last_estimate_read_early_enough_counts() {
         // 30 queues, one small job each (the first 30 jobs are small).
-        let shape = Shape::new("t", 30, 30, 5).unwrap();
+        let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES).unwrap();
         let small = |i: usize| shape.jobs[i].class == 0;
         let (a, b, c) = (0, 1, 2);
         assert!(small(a) && small(b) && small(c));
@@ -337,7 +338,7 @@ mod tests {
 
     #[test]
     fn no_estimate_no_figure() {
-        let shape = Shape::new("t", 30, 30, 5).unwrap();
+        let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES).unwrap();
         let timelines = vec![timeline(0.0, 1.0); shape.jobs.len()];
         let estimates = vec![Vec::new(); shape.jobs.len()];
         let all = accuracy(&shape, &timelines, &estimates, LEAD);

@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn the_trace_is_the_importers_stream_at_the_real_times() {
-        let shape = Shape::new("t", 60, 30, 5).unwrap();
+        let shape = Shape::new("t", 60, 30, 5, crate::shape::CLASSES).unwrap();
         let mut timelines = vec![JobTimeline::default(); shape.jobs.len()];
         // Job 1 created first, job 0 after it and released; the rest never.
         timelines[0].created = Some(2.5);
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn latencies_are_medians_of_the_runs_own_times() {
-        let shape = Shape::new("t", 90, 30, 5).unwrap();
+        let shape = Shape::new("t", 90, 30, 5, crate::shape::CLASSES).unwrap();
         let n = shape.jobs.len();
         let mut timelines = vec![JobTimeline::default(); n];
         let mut units = vec![None; n];

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::runner::{self, Runner};
-use super::shape::{CLASSES, Shape};
+use super::shape::Shape;
 
 /// Totals of each kind of write the null scheduler makes (spread evenly
 /// over the jobs).
@@ -99,7 +99,7 @@ pub fn held_job_manifest(shape: &Shape, i: usize, unit_name: &str) -> Value {
 pub fn unit_manifest(shape: &Shape, i: usize, created: &Job, unit_name: &str) -> Result<QueueUnit> {
     let job = &shape.jobs[i];
     let leaf = &shape.leaves[job.leaf];
-    let class = &CLASSES[job.class];
+    let class = &shape.classes[job.class];
     let manifest = shape.job_manifest(i, true);
     let mut admitted = serde_json::to_value(created)?;
     admitted["spec"]["template"]["metadata"]["labels"] =
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn the_unit_is_the_webhooks_unit_of_the_admitted_job() -> Result<()> {
-        let shape = Shape::new("t", 30, 30, 5)?;
+        let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES)?;
         let mut created = held_job_manifest(&shape, 0, "j-0000000a");
         assert_eq!(
             created["metadata"]["annotations"][keys::QUEUE_ANNOTATION],
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn the_release_comes_first_and_succeed_after_it() -> Result<()> {
-        let shape = Shape::new("t", 30, 30, 5)?;
+        let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES)?;
         assert_eq!(status_write(&shape, 0, 0)["status"]["phase"], "Dequeued");
         assert_eq!(status_write(&shape, 0, 1)["status"]["phase"], "Succeed");
         let finished = &status_write(&shape, 0, 1)["status"]["conditions"][3];

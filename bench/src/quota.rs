@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn checks_every_level_and_integrates() -> anyhow::Result<()> {
-        let shape = Shape::new("t", 60, 6, 2)?;
+        let shape = Shape::new("t", 60, 6, 2, crate::shape::CLASSES)?;
         let mut usage = Usage::new(&shape, Some(Limits::of(&shape)));
         // Parent cohort-0 has 3 leaves: min = max = 60 CPU.
         usage.change(0, 50_000, 0.0, "a");

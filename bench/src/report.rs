@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::runner::JobTimeline;
-use super::shape::{CLASSES, LEAF_MIN_CPU, Shape};
+use super::shape::{LEAF_MIN_CPU, Shape};
 
 /// Distribution of a duration, seconds.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -56,7 +56,8 @@ pub fn time_to_release(
     shape: &Shape,
     jobs: &[JobTimeline],
 ) -> Vec<(&'static str, Distribution, Distribution)> {
-    CLASSES
+    shape
+        .classes
         .iter()
         .enumerate()
         .map(|(c, class)| {
@@ -239,7 +240,7 @@ mod tests {
 
     #[test]
     fn series_and_pending_period() -> anyhow::Result<()> {
-        let shape = Shape::new("t", 30, 30, 5)?;
+        let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES)?;
         let mut jobs = vec![JobTimeline::default(); 30];
         jobs[0] = timeline(0.0, &[1.0], &[], Some(2.0));
         jobs[1] = timeline(0.5, &[1.5, 4.0], &[3.0], Some(5.0));

@@ -60,10 +60,12 @@ pub struct CreateFailures {
 /// Why a job create failed, in a word: `webhook_call_failed` (the API
 /// server could not call the webhook: with failurePolicy Fail the create
 /// is refused), `webhook_denied` (the webhook answered and refused),
+/// `webhook_busy` (the webhook's back-pressure: retry, see [`asks_to_retry`]),
 /// `api_<code>` (another answer of the API server), `api_unreachable` (no
 /// answer: connection refused or cut).
 pub fn create_failure_cause(error: &kube::Error) -> String {
     match error {
+        _ if asks_to_retry(error) => "webhook_busy".into(),
         kube::Error::Api(e) if e.message.contains("failed calling webhook") => {
             "webhook_call_failed".into()
         }
@@ -71,6 +73,14 @@ pub fn create_failure_cause(error: &kube::Error) -> String {
         kube::Error::Api(e) => format!("api_{}", e.code),
         _ => "api_unreachable".into(),
     }
+}
+
+/// Whether a failed create is the webhook's back-pressure: its backlog of
+/// units to create (or the namespace's share of it) is full, and it asks
+/// the client to retry (`webhook/src/unit_creator/mod.rs`).
+pub fn asks_to_retry(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(e)
+        if e.message.contains("denied the request") && e.message.contains("; retry"))
 }
 
 /// What happened to one job (seconds since the start of the phase).
@@ -642,4 +652,38 @@ impl Runner {
 }
 
 mod create;
-pub use create::{create, create_job, create_paced, create_saturated, interleaved};
+pub use create::{
+    PACED_IN_FLIGHT, create, create_job, create_paced, create_saturated, interleaved,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::{asks_to_retry, create_failure_cause};
+
+    fn denied(message: &str) -> kube::Error {
+        let message = format!(
+            "admission webhook \"jobs.koord-queue.x-k8s.io\" denied the request: {message}"
+        );
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(&message, "").with_code(400),
+        ))
+    }
+
+    #[test]
+    fn the_webhooks_back_pressure_is_retried_and_counted_apart() {
+        // The webhook's two refusals of a full backlog
+        // (`webhook/src/unit_creator/mod.rs`).
+        for busy in [
+            "Koord-Queue's webhook is busy: 10000 QueueUnits wait to be created; retry",
+            "namespace bench-cq-0-0 has 1000 QueueUnits waiting to be created, its share of \
+             Koord-Queue's backlog; retry once they are created",
+        ] {
+            assert!(asks_to_retry(&denied(busy)), "{busy}");
+            assert_eq!(create_failure_cause(&denied(busy)), "webhook_busy");
+        }
+        // A refusal for cause is not retried without end.
+        let refused = denied("queue q: no such Queue");
+        assert!(!asks_to_retry(&refused));
+        assert_eq!(create_failure_cause(&refused), "webhook_denied");
+    }
+}

@@ -27,12 +27,12 @@ pub struct QueueLabels {
     pub priority_class: &'static str,
 }
 
-/// A workload class of Kueue's baseline.
+/// A workload class of Kueue's shapes.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Class {
     /// Name, also the PriorityClass name.
     pub name: &'static str,
-    /// Share of each queue's jobs (Kueue: 350 / 100 / 50 of 500).
+    /// Share of each queue's jobs (Kueue's baseline: 350 / 100 / 50 of 500).
     pub share: f64,
     /// Time between two creations in one queue.
     #[serde(serialize_with = "millis")]
@@ -78,6 +78,44 @@ pub const CLASSES: [Class; 3] = [
     },
 ];
 
+/// Kueue's large-scale classes (test/performance/scheduler/configs/large-scale:
+/// per ClusterQueue 35 small jobs every 60 ms that run 150 ms, 11 medium
+/// every 300 ms that run 350 ms and 4 large every 700 ms that run 700 ms):
+/// the same sizes and priorities as [`CLASSES`], faster streams and runs.
+pub const LARGE_SCALE_CLASSES: [Class; 3] = [
+    Class {
+        name: "small",
+        share: 0.7,
+        interval: Duration::from_millis(60),
+        runtime: Duration::from_millis(150),
+        priority: 50,
+        cpu: 1,
+    },
+    Class {
+        name: "medium",
+        share: 0.22,
+        interval: Duration::from_millis(300),
+        runtime: Duration::from_millis(350),
+        priority: 100,
+        cpu: 5,
+    },
+    Class {
+        name: "large",
+        share: 0.08,
+        interval: Duration::from_millis(700),
+        runtime: Duration::from_millis(700),
+        priority: 200,
+        cpu: 20,
+    },
+];
+
+/// Jobs from which a `--scale` is Kueue's large scale (1,000 queues in 10
+/// cohorts, [`LARGE_SCALE_CLASSES`]).
+pub const LARGE_SCALE_JOBS: usize = 50_000;
+
+/// Leaf quotas of Kueue's large scale (10 cohorts of 100 ClusterQueues).
+pub const LARGE_SCALE_QUEUES: usize = 1000;
+
 /// Guaranteed CPU of a leaf quota (Kueue: nominal quota).
 pub const LEAF_MIN_CPU: u32 = 20;
 /// Maximum CPU of a leaf quota (Kueue: nominal 20 + borrowing limit 100).
@@ -103,7 +141,7 @@ pub struct Leaf {
     pub parent: usize,
     /// Namespace of its jobs.
     pub namespace: String,
-    /// Jobs per class (same order as [`CLASSES`]).
+    /// Jobs per class (same order as [`Shape::classes`]).
     pub counts: [usize; 3],
 }
 
@@ -123,7 +161,7 @@ pub struct PlannedJob {
     pub name: String,
     /// Index of its leaf.
     pub leaf: usize,
-    /// Index of its class in [`CLASSES`].
+    /// Index of its class in [`Shape::classes`].
     pub class: usize,
     /// Place in its `(leaf, class)` arrival sequence.
     pub seq: usize,
@@ -139,6 +177,9 @@ pub struct PlannedJob {
 pub struct Shape {
     /// Scale label (`1k`, `15k`, `50k`, …).
     pub scale: String,
+    /// Its classes: [`CLASSES`], or [`LARGE_SCALE_CLASSES`] at Kueue's
+    /// large scale. A job's `class` indexes them.
+    pub classes: [Class; 3],
     /// Parent quotas.
     pub parents: Vec<Parent>,
     /// Leaf quotas.
@@ -158,11 +199,24 @@ pub struct Shape {
     leaf_index: HashMap<String, usize>,
 }
 
-/// Jobs, queues and cohorts of a `--scale` value: `1k`, `15k` (Kueue's
-/// baseline: 30 queues in 5 cohorts) or `50k` (Kueue's large scale: 1,000
-/// queues in 10 cohorts); any other `<n>` or `<n>k` uses 30 queues in 5
-/// cohorts below 50,000 jobs and 1,000 in 10 from there.
-pub fn parse_scale(scale: &str) -> Result<(usize, usize, usize)> {
+/// What a `--scale` value stands for.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale {
+    /// Jobs in all.
+    pub jobs: usize,
+    /// Leaf quotas (Kueue ClusterQueues).
+    pub queues: usize,
+    /// Parent quotas (Kueue cohorts).
+    pub cohorts: usize,
+    /// The jobs' classes.
+    pub classes: [Class; 3],
+}
+
+/// The scale of a `--scale` value: `1k`, `15k` (Kueue's baseline: 30 queues
+/// in 5 cohorts, [`CLASSES`]) or `50k` (Kueue's large scale: 1,000 queues in
+/// 10 cohorts, [`LARGE_SCALE_CLASSES`]); any other `<n>` or `<n>k` is the
+/// baseline below [`LARGE_SCALE_JOBS`] and the large scale from there.
+pub fn parse_scale(scale: &str) -> Result<Scale> {
     let s = scale.trim().to_lowercase();
     let jobs = match s.strip_suffix('k') {
         Some(n) => n.parse::<f64>().map(|n| (n * 1000.0).round() as usize),
@@ -174,10 +228,20 @@ pub fn parse_scale(scale: &str) -> Result<(usize, usize, usize)> {
     if jobs == 0 {
         bail!("--scale {scale:?}: at least one job");
     }
-    Ok(if jobs >= 50_000 {
-        (jobs, 1000, 10)
+    Ok(if jobs >= LARGE_SCALE_JOBS {
+        Scale {
+            jobs,
+            queues: LARGE_SCALE_QUEUES,
+            cohorts: 10,
+            classes: LARGE_SCALE_CLASSES,
+        }
     } else {
-        (jobs, 30, 5)
+        Scale {
+            jobs,
+            queues: 30,
+            cohorts: 5,
+            classes: CLASSES,
+        }
     })
 }
 
@@ -193,16 +257,17 @@ pub fn named(
     queues: Option<usize>,
     cohorts: Option<usize>,
 ) -> Result<Shape> {
-    let (n, q, c) = parse_scale(scale)?;
+    let s = parse_scale(scale)?;
     match kind {
         "baseline" => Shape::new(
             scale,
-            jobs.unwrap_or(n),
-            queues.unwrap_or(q),
-            cohorts.unwrap_or(c),
+            jobs.unwrap_or(s.jobs),
+            queues.unwrap_or(s.queues),
+            cohorts.unwrap_or(s.cohorts),
+            s.classes,
         ),
         "one-large-class" if queues.is_none() && cohorts.is_none() => {
-            Shape::one_large_class(scale, jobs.unwrap_or(n))
+            Shape::one_large_class(scale, jobs.unwrap_or(s.jobs))
         }
         "one-large-class" => bail!("the one-large-class shape has its own queues and parent"),
         other => bail!("--shape {other:?}: expected one of {SHAPES:?}"),
@@ -211,8 +276,15 @@ pub fn named(
 
 impl Shape {
     /// `jobs` jobs over `queues` leaf quotas in `cohorts` parents; each
-    /// queue's jobs split 70 / 20 / 10 % into small, medium and large.
-    pub fn new(scale: &str, jobs: usize, queues: usize, cohorts: usize) -> Result<Self> {
+    /// queue's jobs split into `classes` by their shares (70 / 20 / 10 % in
+    /// Kueue's baseline).
+    pub fn new(
+        scale: &str,
+        jobs: usize,
+        queues: usize,
+        cohorts: usize,
+        classes: [Class; 3],
+    ) -> Result<Self> {
         if queues == 0 || cohorts == 0 || cohorts > queues {
             bail!("need 1 <= cohorts <= queues (got {cohorts} cohorts, {queues} queues)");
         }
@@ -225,8 +297,8 @@ impl Shape {
             let parent = q * cohorts / queues;
             parent_leaves[parent] += 1;
             let n = jobs / queues + usize::from(q < jobs % queues);
-            let small = ((n as f64) * CLASSES[0].share).round() as usize;
-            let medium = ((n as f64) * CLASSES[1].share).round() as usize;
+            let small = ((n as f64) * classes[0].share).round() as usize;
+            let medium = ((n as f64) * classes[1].share).round() as usize;
             let large = n.saturating_sub(small + medium);
             let name = format!("cq-{parent}-{q}");
             leaves.push(Leaf {
@@ -246,7 +318,7 @@ impl Shape {
             .collect();
         let mut planned = Vec::with_capacity(jobs);
         for (l, leaf) in leaves.iter().enumerate() {
-            for (c, class) in CLASSES.iter().enumerate() {
+            for (c, class) in classes.iter().enumerate() {
                 for seq in 0..leaf.counts[c] {
                     planned.push(PlannedJob {
                         name: format!("{}-{seq}", class.name),
@@ -260,7 +332,10 @@ impl Shape {
             }
         }
         let root_cpu = u32::try_from(queues).unwrap_or(u32::MAX) * LEAF_MIN_CPU;
-        Ok(Self::from_parts(scale, parents, leaves, root_cpu, planned))
+        Ok(Self {
+            classes,
+            ..Self::from_parts(scale, parents, leaves, root_cpu, planned)
+        })
     }
 
     /// Issue 44's shape: one parent holding the whole capacity (30 leaves ×
@@ -332,7 +407,7 @@ impl Shape {
 
     /// A shape of any tree and jobs (another scenario than Kueue's, e.g.
     /// the fair-sharing run): `jobs` refer to `leaves` by index, `leaves`
-    /// to `parents`.
+    /// to `parents`, and classes to [`CLASSES`].
     pub fn from_parts(
         scale: &str,
         parents: Vec<Parent>,
@@ -352,6 +427,7 @@ impl Shape {
             .collect();
         Self {
             scale: scale.to_string(),
+            classes: CLASSES,
             parents,
             root_cpu,
             leaves,
@@ -426,7 +502,7 @@ impl Shape {
     /// (the floor, where no webhook holds it).
     pub fn job_manifest(&self, i: usize, suspended: bool) -> serde_json::Value {
         let job = &self.jobs[i];
-        let class = &CLASSES[job.class];
+        let class = &self.classes[job.class];
         let leaf = &self.leaves[job.leaf];
         let mut manifest = serde_json::json!({
             "apiVersion": "batch/v1",
@@ -479,8 +555,8 @@ mod tests {
 
     #[test]
     fn baseline_matches_kueue() -> Result<()> {
-        let (jobs, queues, cohorts) = parse_scale("15k")?;
-        let shape = Shape::new("15k", jobs, queues, cohorts)?;
+        let s = parse_scale("15k")?;
+        let shape = Shape::new("15k", s.jobs, s.queues, s.cohorts, s.classes)?;
         assert_eq!(shape.jobs.len(), 15_000);
         assert_eq!(shape.leaves.len(), 30);
         assert_eq!(shape.parents.len(), 5);
@@ -495,13 +571,19 @@ mod tests {
 
     #[test]
     fn other_scales() -> Result<()> {
-        let (jobs, queues, cohorts) = parse_scale("1k")?;
-        let shape = Shape::new("1k", jobs, queues, cohorts)?;
+        let shape = super::named("baseline", "1k", None, None, None)?;
         assert_eq!(shape.jobs.len(), 1000);
-        let (jobs, queues, cohorts) = parse_scale("50k")?;
-        assert_eq!((jobs, queues, cohorts), (50_000, 1000, 10));
-        let shape = Shape::new("50k", jobs, queues, cohorts)?;
-        assert!(shape.leaves.iter().all(|l| l.counts == [35, 10, 5]));
+        assert_eq!(shape.classes[0].interval, CLASSES[0].interval);
+        let s = parse_scale("50k")?;
+        assert_eq!((s.jobs, s.queues, s.cohorts), (50_000, 1000, 10));
+        let shape = super::named("baseline", "50k", None, None, None)?;
+        // Kueue's large-scale generator: per ClusterQueue 35 small jobs
+        // every 60 ms, 11 medium every 300 ms and 4 large every 700 ms.
+        assert!(shape.leaves.iter().all(|l| l.counts == [35, 11, 4]));
+        let ms = |c: usize| shape.classes[c].interval.as_millis();
+        assert_eq!((ms(0), ms(1), ms(2)), (60, 300, 700));
+        let large = shape.jobs.iter().find(|j| j.class == 2);
+        assert!(large.is_some_and(|j| j.runtime.as_millis() == 700 && j.cpu == 20));
         assert_eq!(shape.root_cpu, 20_000);
         assert!(shape.parents.iter().all(|p| p.cpu == 2000));
         assert!(parse_scale("x").is_err());
@@ -510,7 +592,7 @@ mod tests {
 
     #[test]
     fn another_queue_systems_labels_name_its_queue_and_the_class() -> Result<()> {
-        let shape = Shape::new("t", 300, 30, 5)?;
+        let shape = Shape::new("t", 300, 30, 5, CLASSES)?;
         let labels = |s: &Shape| s.job_manifest(0, false)["metadata"]["labels"].clone();
         assert!(labels(&shape)["q.example/queue"].is_null());
         let queued = shape.with_queue_labels(QueueLabels {
@@ -555,7 +637,7 @@ mod tests {
 
     #[test]
     fn run_bounds_round_up_each_class_runtime() -> Result<()> {
-        let shape = Shape::new("t", 300, 30, 5)?;
+        let shape = Shape::new("t", 300, 30, 5, CLASSES)?;
         assert!(shape.job_manifest(0, false)["spec"]["activeDeadlineSeconds"].is_null());
         let bounded = shape.with_run_bounds(Some(5.0));
         let bounds: Vec<_> = CLASSES

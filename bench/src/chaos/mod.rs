@@ -43,7 +43,7 @@ use super::phase::{self, JobFlow, PhaseSpec};
 use super::report;
 use super::runner::RuntimeOptions;
 use super::scheduler_settings::SchedulerOptions;
-use super::shape::{CLASSES, Shape};
+use super::shape::Shape;
 
 /// The schedulers' Lease (and the release name of the fencing policy).
 pub const LEASE: &str = "bench-scheduler";
@@ -131,7 +131,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
     let (monitor, monitor_task) =
         Monitor::start(fleet.clone(), admin.clone(), t0, Duration::from_secs(1));
     // Paced arrivals: no create concurrency applies.
-    flow.arrive(&spec, creator, 0, None)?;
+    flow.arrive(&spec, creator, 0, super::runner::PACED_IN_FLIGHT, None)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let fault_task = tokio::spawn(faults::run(
         faults::Target {
@@ -341,7 +341,7 @@ pub async fn run(shape: Arc<Shape>, config: &ChaosConfig) -> Result<(Value, Vec<
         "jobs": n,
         "shape": {
             "leaf_quotas": shape.leaves.len(), "parents": shape.parents.len(), "root_cpu": shape.root_cpu,
-            "classes": CLASSES,
+            "classes": shape.classes,
         },
         "passed": failures.is_empty(),
         "failures": failures.clone(),

@@ -12,7 +12,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
 use super::{GROUP, Install, LOCAL_QUEUE, QUEUE_LABEL, VERSION};
-use crate::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
+use crate::shape::{LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 use koord_queue_tests::fixtures;
 use koord_queue_tests::process::Process;
 
@@ -184,7 +184,7 @@ pub fn queue_objects(shape: &Shape) -> Vec<(&'static str, Value)> {
         "ResourceFlavor",
         object("ResourceFlavor", FLAVOR, None, json!({ "spec": {} })),
     )];
-    for class in &CLASSES {
+    for class in &shape.classes {
         out.push((
             "WorkloadPriorityClass",
             object(
@@ -358,7 +358,7 @@ webhooks:
 
     #[test]
     fn a_cluster_queue_per_leaf_in_its_parents_cohort() -> Result<()> {
-        let shape = Shape::new("1k", 1000, 30, 5)?;
+        let shape = Shape::new("1k", 1000, 30, 5, crate::shape::CLASSES)?;
         let objects = queue_objects(&shape);
         let cqs: Vec<&Value> = objects
             .iter()

@@ -59,18 +59,26 @@ impl JobFlow {
     }
 
     /// Starts creating the jobs as `spec` says: by `creator`, at most
-    /// `concurrency` creates in flight when saturated or for the floor,
-    /// whose null scheduler is `null_scheduler`.
+    /// `concurrency` creates in flight when saturated or for the floor
+    /// (whose null scheduler is `null_scheduler`) and `paced_in_flight`
+    /// when paced.
     pub fn arrive(
         &mut self,
         spec: &PhaseSpec,
         creator: kube::Client,
         concurrency: usize,
+        paced_in_flight: usize,
         null_scheduler: Option<NullScheduler>,
     ) -> Result<()> {
         let (shape, runner) = (self.shape.clone(), self.runner.clone());
         self.generation = Some(match spec.arrivals {
-            Arrivals::Paced => tokio::spawn(runner::create_paced(shape, runner, creator, false)),
+            Arrivals::Paced => tokio::spawn(runner::create_paced(
+                shape,
+                runner,
+                creator,
+                paced_in_flight,
+                false,
+            )),
             Arrivals::Saturated => tokio::spawn(runner::create_saturated(
                 shape,
                 runner,

@@ -94,6 +94,8 @@ pub struct PhaseConfig {
     pub runtime: RuntimeOptions,
     /// Job creates in flight at most (saturated and floor).
     pub create_concurrency: usize,
+    /// Job creates in flight at most when paced (see `runner::create_paced`).
+    pub paced_in_flight: usize,
     /// The floor's writes (floor only).
     pub floor_writes: Option<FloorWrites>,
     /// The phase fails when the jobs have not all finished by then.
@@ -197,7 +199,13 @@ pub async fn run(
         )),
         _ => None,
     };
-    flow.arrive(&spec, creator, config.create_concurrency, null_scheduler)?;
+    flow.arrive(
+        &spec,
+        creator,
+        config.create_concurrency,
+        config.paced_in_flight,
+        null_scheduler,
+    )?;
     let n = shape.jobs.len();
     let started = Instant::now();
     let mut last_progress = Instant::now();

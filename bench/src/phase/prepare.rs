@@ -20,7 +20,7 @@ use serde_json::json;
 use super::spec::PhaseSpec;
 use crate::api_stats::{self, ApiStats, Component};
 use crate::floor::FloorClients;
-use crate::shape::{CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
+use crate::shape::{LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 
 async fn create_ignoring_conflict<K>(api: &Api<K>, object: &K) -> Result<()>
 where
@@ -46,7 +46,7 @@ pub async fn prepare(
         fixtures::ensure_namespace(admin, keys::SYSTEM_NAMESPACE).await?;
     }
     let classes: Api<PriorityClass> = Api::all(admin.clone());
-    for class in &CLASSES {
+    for class in &shape.classes {
         let pc: PriorityClass = serde_json::from_value(json!({
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": { "name": class.name }, "value": class.priority,

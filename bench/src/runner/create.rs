@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 
 use super::Runner;
-use crate::shape::{CLASSES, Shape};
+use crate::shape::Shape;
 
 /// Creates job `i` (with retries; an existing job counts as created).
 pub async fn create_job(
@@ -37,30 +37,34 @@ pub async fn create(
     let ns = &shape.leaves[job.leaf].namespace;
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     runner.mark_created(i);
-    let mut last = None;
     let started = Instant::now();
-    let mut attempt = 0u32;
-    while runner.retry_due(attempt, started) {
-        match api.create(&PostParams::default(), manifest).await {
+    // Failed attempts, and those of them that counted against the retries.
+    let (mut failures, mut attempt) = (0u32, 0u32);
+    loop {
+        let error = match api.create(&PostParams::default(), manifest).await {
             Ok(created) => return Ok(created),
             // A retry of a create that was stored although its answer was
             // lost, too.
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 return read_existing(&api, runner, &job.name, started).await;
             }
-            Err(error) => {
-                runner.record_create_failure(i, attempt == 0, &error);
-                last = Some(error);
-                let wait = Duration::from_millis(100 << attempt.min(4));
-                tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
+            Err(error) => error,
+        };
+        runner.record_create_failure(i, failures == 0, &error);
+        failures += 1;
+        // The webhook's back-pressure (its backlog of units to create is
+        // full, or the namespace's share of it) asks the client to come
+        // back; a controller does, for as long as it takes, and so does the
+        // runner: those refusals do not use up the retries of failures.
+        if !super::asks_to_retry(&error) {
+            attempt += 1;
+            if !runner.retry_due(attempt, started) {
+                runner.record_create_given_up();
+                return Err(error).with_context(|| format!("creating job {ns}/{}", job.name));
             }
         }
-        attempt += 1;
-    }
-    runner.record_create_given_up();
-    match last {
-        Some(error) => Err(error).with_context(|| format!("creating job {ns}/{}", job.name)),
-        None => bail!("creating job {ns}/{}", job.name),
+        let wait = Duration::from_millis(100 << failures.min(5).saturating_sub(1));
+        tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
     }
 }
 
@@ -85,25 +89,39 @@ async fn read_existing(
     }
 }
 
+/// Paced creates in flight at most, unless told otherwise.
+pub const PACED_IN_FLIGHT: usize = 256;
+
 /// Creates every job on Kueue's arrival schedule: one sequence per (queue,
-/// class), each waiting its class's interval before every create.
+/// class), each waiting its class's interval before every create, and at
+/// most `in_flight` creates of all sequences in flight.
+///
+/// Why the bound: Kueue's runner sends every sequence's creates over
+/// client-go's one HTTP/2 connection; this client (HTTP/1.1) opens one
+/// connection per create in flight, which at Kueue's large scale (3,000
+/// sequences) are 3,000 TLS handshakes that starve the API server. Kueue's
+/// baseline (90 sequences) stays below any bound above 90.
 pub async fn create_paced(
     shape: Arc<Shape>,
     runner: Arc<Runner>,
     client: kube::Client,
+    in_flight: usize,
     suspended: bool,
 ) -> Result<()> {
-    let mut sequences: Vec<Vec<usize>> = vec![Vec::new(); shape.leaves.len() * CLASSES.len()];
+    let pool = Arc::new(tokio::sync::Semaphore::new(in_flight.max(1)));
+    let mut sequences: Vec<Vec<usize>> = vec![Vec::new(); shape.leaves.len() * shape.classes.len()];
     for (i, job) in shape.jobs.iter().enumerate() {
-        sequences[job.leaf * CLASSES.len() + job.class].push(i);
+        sequences[job.leaf * shape.classes.len() + job.class].push(i);
     }
     let mut tasks = tokio::task::JoinSet::new();
     for sequence in sequences.into_iter().filter(|s| !s.is_empty()) {
         let (shape, runner, client) = (shape.clone(), runner.clone(), client.clone());
+        let pool = pool.clone();
         tasks.spawn(async move {
-            let interval = CLASSES[shape.jobs[sequence[0]].class].interval;
+            let interval = shape.classes[shape.jobs[sequence[0]].class].interval;
             for i in sequence {
                 tokio::time::sleep(interval).await;
+                let _slot = pool.acquire().await?;
                 create_job(&shape, &runner, &client, i, suspended).await?;
             }
             anyhow::Ok(())

@@ -6,7 +6,7 @@ use koord_queue_api::{Resources, keys};
 use serde_json::Value;
 
 use super::objects::{QuotaSpec, config};
-use crate::shape::{CLASS_LABEL, CLASSES, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
+use crate::shape::{CLASS_LABEL, LEAF_MAX_CPU, LEAF_MIN_CPU, Shape};
 use crate::trace::{Quantity, TraceJob, TracePodSet};
 
 /// The shape's jobs as the benchmark paces them: each (queue, class)
@@ -18,7 +18,7 @@ pub fn trace(shape: &Shape) -> Vec<TraceJob> {
         .jobs
         .iter()
         .map(|job| {
-            let class = &CLASSES[job.class];
+            let class = &shape.classes[job.class];
             let leaf = &shape.leaves[job.leaf];
             let interval = i64::try_from(class.interval.as_millis()).unwrap_or(i64::MAX);
             let seq = i64::try_from(job.seq).unwrap_or(i64::MAX);
@@ -124,8 +124,8 @@ mod tests {
 
     #[test]
     fn the_baseline_is_kueues_stream() {
-        let (jobs, queues, cohorts) = parse_scale("1k").unwrap();
-        let shape = Shape::new("1k", jobs, queues, cohorts).unwrap();
+        let s = parse_scale("1k").unwrap();
+        let shape = Shape::new("1k", s.jobs, s.queues, s.cohorts, s.classes).unwrap();
         let t = trace(&shape);
         assert_eq!(t.len(), 1000);
         // A small job every 100 ms per queue, a large one every 1.2 s.

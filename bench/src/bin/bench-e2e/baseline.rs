@@ -51,6 +51,7 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
 
     let settings = json!({
         "create_concurrency": cli.create_concurrency,
+        "paced_in_flight": cli.paced_in_flight,
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
         "scheduler": cli.scheduler_json(),

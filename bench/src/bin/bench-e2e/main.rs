@@ -101,6 +101,10 @@ struct Cli {
     /// Job creates in flight at most in the saturated run and the floor.
     #[arg(long, default_value_t = 64)]
     create_concurrency: usize,
+    /// Job creates in flight at most on the paced arrival schedule of the
+    /// run phase: a client's connections (see `runner::create_paced`).
+    #[arg(long, default_value_t = koord_queue_bench::runner::PACED_IN_FLIGHT)]
+    paced_in_flight: usize,
     /// Job status writes of the benchmark's job runtime in flight at most.
     #[arg(long, default_value_t = 32)]
     runtime_concurrency: usize,
@@ -304,6 +308,7 @@ impl Cli {
             scheduler: self.scheduler(),
             runtime: self.runtime(),
             create_concurrency: self.create_concurrency,
+            paced_in_flight: self.paced_in_flight,
             floor_writes,
             timeout: self.timeout,
             queue_spec: self.queue_spec.clone(),
