@@ -67,6 +67,7 @@ impl Controller {
                     None => {
                         reindex = Some((Vec::new(), uids(&rec)));
                         self.units.insert(k.clone(), Box::new(UnitState::new(*rec)));
+                        self.repair.unit_appeared(self.now.at);
                     }
                 }
                 if let Some((old, new)) = reindex {

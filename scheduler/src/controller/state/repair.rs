@@ -37,6 +37,9 @@ pub(super) struct Repair {
     recreating: HashSet<JobKey>,
     /// When the last scan for missing units ran.
     last_scan: Option<Instant>,
+    /// When a unit this process had not seen last appeared (the webhook,
+    /// or whoever creates units, at work).
+    last_new_unit: Option<Instant>,
 }
 
 impl Repair {
@@ -49,6 +52,17 @@ impl Repair {
     pub(super) fn job_deleted(&mut self, job: &JobKey) {
         self.unit_gone.remove(job);
         self.missing_unit_since.remove(job);
+    }
+
+    /// A unit this process had not seen appeared at `now`.
+    pub(super) fn unit_appeared(&mut self, now: Instant) {
+        self.last_new_unit = Some(now);
+    }
+
+    /// Whether the creator of units has stopped: none appeared for `grace`.
+    fn creator_idle(&self, now: Instant, grace: Duration) -> bool {
+        self.last_new_unit
+            .is_none_or(|t| now.saturating_duration_since(t) >= grace)
     }
 
     /// The re-creation of job `job`'s unit was written (whatever its
@@ -162,15 +176,26 @@ impl Controller {
     /// - a held job whose unit never appeared within the grace period gets
     ///   it created from the job (the webhook answered but did not create
     ///   it, e.g. it was killed) — only for jobs younger than
-    ///   [`RECREATE_WINDOW_MS`] whose unit is not known to be gone.
+    ///   [`RECREATE_WINDOW_MS`] whose unit is not known to be gone, and only
+    ///   once the webhook has passed it by: units appear for jobs created a
+    ///   grace period after it, or none appeared for a grace period. A
+    ///   webhook working off a backlog (a burst of creates, a slow API
+    ///   server) creates units in the order of their jobs, later than the
+    ///   grace but still; racing it doubled the API calls of the units
+    ///   (read the job, create, a conflict, an Event) exactly when the API
+    ///   server had none to spare (Kueue's large shape, 50,000 jobs).
     pub(super) fn jobs_without_unit(&mut self) {
         let Now {
             at: now,
             wall_ms: now_ms,
         } = self.now;
+        let grace = self.settings.orphan_grace;
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
         let mut to_hold = Vec::new();
-        let mut to_create = Vec::new();
+        let mut overdue = Vec::new();
         let mut missing = HashMap::new();
+        // The newest job whose unit exists: how far the webhook has got.
+        let mut newest_with_unit = i64::MIN;
         // Nothing is allocated for a job that has its unit: this runs over
         // every job twice a second.
         for (job_key, job) in &self.jobs {
@@ -178,8 +203,11 @@ impl Controller {
             if job.deleting
                 || finished(job.state)
                 || (job.held && now_ms - job.created_ms > RECREATE_WINDOW_MS)
-                || self.units.contains_key(&job.unit)
             {
+                continue;
+            }
+            if self.units.contains_key(&job.unit) {
+                newest_with_unit = newest_with_unit.max(job.created_ms);
                 continue;
             }
             if self.repair.settled(job_key) {
@@ -191,8 +219,17 @@ impl Controller {
                 continue;
             }
             let since = self.repair.missing_since(&job_key, now);
-            if now.duration_since(since) >= self.settings.orphan_grace {
-                to_create.push(job.clone());
+            if now.duration_since(since) >= grace {
+                overdue.push((job_key, since, job.clone()));
+            } else {
+                missing.insert(job_key, since);
+            }
+        }
+        let idle = self.repair.creator_idle(now, grace);
+        let mut to_create = Vec::new();
+        for (job_key, since, job) in overdue {
+            if idle || newest_with_unit.saturating_sub(job.created_ms) >= grace_ms {
+                to_create.push(job);
             } else {
                 missing.insert(job_key, since);
             }

@@ -509,3 +509,4 @@ mod history;
 mod pending;
 mod preemption;
 mod quota_held;
+mod repair;
