@@ -55,16 +55,20 @@ pub async fn create(
         // The webhook's back-pressure (its backlog of units to create is
         // full, or the namespace's share of it) asks the client to come
         // back; a controller does, for as long as it takes, and so does the
-        // runner: those refusals do not use up the retries of failures.
-        if !super::asks_to_retry(&error) {
+        // runner: those refusals do not use up the retries of failures. It
+        // backs off further than from a failure, as a controller's work
+        // queue does: each refusal costs the API server a review.
+        let busy = super::asks_to_retry(&error);
+        if !busy {
             attempt += 1;
             if !runner.retry_due(attempt, started) {
                 runner.record_create_given_up();
                 return Err(error).with_context(|| format!("creating job {ns}/{}", job.name));
             }
         }
-        let wait = Duration::from_millis(100 << failures.min(5).saturating_sub(1));
-        tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
+        let longest = Duration::from_secs(if busy { 10 } else { 2 });
+        let wait = Duration::from_millis(100 << failures.min(7).saturating_sub(1));
+        tokio::time::sleep(wait.min(longest)).await;
     }
 }
 
