@@ -477,3 +477,101 @@ fn json_patch_finalizer(on: bool) -> serde_json::Value {
         serde_json::json!({ "metadata": { "finalizers": null } })
     }
 }
+
+/// The quota finalizer comes off where the watch last saw it, by one JSON
+/// patch that tests it is still there — and, when another controller's
+/// finalizer moved it meanwhile, by reading the list and writing it back
+/// without it: the stale index removes nobody else's finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quota_finalizer_comes_off_where_it_is_even_after_it_moved() {
+    use koord_queue_api::keys::QUOTA_FINALIZER;
+    use koord_queue_runtime::Leadership;
+    use koord_queue_scheduler::controller::metrics::Metrics;
+    use koord_queue_scheduler::controller::writes::{Outcome, Write, Writer};
+    use kube::api::{Patch, PatchParams, PostParams};
+    const OTHER: &str = "koord-queue.test/keep";
+
+    let cp = shared::own(Tier::One).await.unwrap();
+    let client = cp.client().await.unwrap();
+    let ns = fixtures::create_namespace(&client, true).await.unwrap();
+    let units = Api::<QueueUnit>::namespaced(client.clone(), &ns);
+    let create = |name: &str, finalizers: &[&str]| {
+        serde_json::from_value::<QueueUnit>(serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": name, "finalizers": finalizers },
+            "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": name },
+                      "queue": "q", "resource": { "cpu": "1" } },
+        }))
+        .unwrap()
+    };
+    for (name, finalizers) in [
+        ("first", vec![QUOTA_FINALIZER]),
+        ("moved", vec![QUOTA_FINALIZER, OTHER]),
+    ] {
+        units
+            .create(&PostParams::default(), &create(name, &finalizers))
+            .await
+            .unwrap();
+    }
+    // Another controller puts its finalizer first: ours is at 1 now, and
+    // the scheduler's view (0) is stale.
+    units
+        .patch(
+            "moved",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({ "metadata": { "finalizers": [OTHER, QUOTA_FINALIZER] } }),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // Reads of single units, as the API server counts them.
+    let unit_reads = || async {
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = client.request_text(request).await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| {
+                l.contains("resource=\"queueunits\"")
+                    && l.contains("verb=\"GET\"")
+                    && l.contains("scope=\"resource\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let reads_before = unit_reads().await;
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = Writer::new(
+        webhook::scheduler_client(&cp).await.unwrap(),
+        Leadership::fixed(true),
+        2,
+        done_tx,
+        Metrics::register(&mut Default::default()),
+        "finalizer-test".into(),
+        koord_queue_api::keys::SYSTEM_NAMESPACE.into(),
+    );
+    for name in ["first", "moved"] {
+        writer.submit(Write::RemoveFinalizer {
+            unit: format!("{ns}/{name}").into(),
+            at: Some(0),
+        });
+    }
+    for _ in 0..2 {
+        let written = tokio::time::timeout(LONG, done_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(written.outcome, Outcome::Done(Some(_))),
+            "{:?}: {:?}",
+            written.write,
+            written.outcome
+        );
+    }
+    // One read: the moved finalizer's; the first came off without one.
+    assert_eq!(unit_reads().await - reads_before, 1.0);
+    let finalizers = |u: QueueUnit| u.metadata.finalizers.unwrap_or_default();
+    assert!(finalizers(units.get("first").await.unwrap()).is_empty());
+    assert_eq!(finalizers(units.get("moved").await.unwrap()), [OTHER]);
+}

@@ -288,6 +288,22 @@ mod tests {
         );
         assert_eq!(owned.job_uids().collect::<Vec<_>>(), ["uid-j"], "once");
         assert!(!owned.guarded);
+        assert_eq!(owned.finalizer_at, None);
+    }
+
+    #[test]
+    fn a_unit_knows_where_its_quota_finalizer_is() {
+        let first = unit(
+            serde_json::json!({ "finalizers": [QUOTA_FINALIZER, "other.example/keep"] }),
+            serde_json::json!({}),
+        );
+        assert_eq!(first.finalizer_at, Some(0));
+        let second = unit(
+            serde_json::json!({ "finalizers": ["other.example/keep", QUOTA_FINALIZER] }),
+            serde_json::json!({}),
+        );
+        assert!(second.guarded);
+        assert_eq!(second.finalizer_at, Some(1));
     }
 
     #[test]

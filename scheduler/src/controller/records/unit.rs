@@ -84,6 +84,9 @@ pub struct UnitRecord {
     pub consumer_uid: Option<String>,
     /// Whether it carries [`QUOTA_FINALIZER`].
     pub guarded: bool,
+    /// Where in `metadata.finalizers` the watch showed [`QUOTA_FINALIZER`]
+    /// (removed there without a read, `writes/finalizer.rs`).
+    pub finalizer_at: Option<u16>,
     /// Observed phase.
     pub phase: Option<QueueUnitPhase>,
     /// Sum of `status.admissions[].resources`: what the unit holds.
@@ -137,6 +140,12 @@ impl UnitRecord {
                 && Some(&r.name) == spec.consumer_ref.name.as_ref()
         };
         let labels = unit.labels();
+        let position = unit
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .position(|f| f == QUOTA_FINALIZER);
         let namespace = unit.metadata.namespace.as_deref().unwrap_or_default();
         let job_kind = spec.consumer_ref.kind.as_deref().unwrap_or_default();
         let job_name = spec.consumer_ref.name.clone().unwrap_or_default();
@@ -173,12 +182,8 @@ impl UnitRecord {
                     .map(|r| r.uid.clone())
             },
             consumer_uid: spec.consumer_ref.uid.clone().filter(|u| !u.is_empty()),
-            guarded: unit
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == QUOTA_FINALIZER),
+            guarded: position.is_some(),
+            finalizer_at: position.and_then(|i| u16::try_from(i).ok()),
             phase: status.phase,
             held,
             message: status.message,

@@ -190,7 +190,10 @@ pub(super) fn next_step(v: &UnitView<'_>) -> Step {
             Some(QueueUnitPhase::Succeed | QueueUnitPhase::Failed)
         )
     {
-        step.intent = Some(Intent::free(Write::RemoveFinalizer { unit: k.clone() }));
+        step.intent = Some(Intent::free(Write::RemoveFinalizer {
+            unit: k.clone(),
+            at: rec.finalizer_at,
+        }));
     }
     step.enqueue_after_cycle = step.intent.is_none()
         && rec.phase.is_none()
@@ -228,6 +231,7 @@ fn deleting_outcome(v: &UnitView<'_>) -> Option<Intent> {
     (v.rec.guarded && !v.pods_alive).then(|| {
         Intent::free(Write::RemoveFinalizer {
             unit: v.key.clone(),
+            at: v.rec.finalizer_at,
         })
     })
 }

@@ -152,6 +152,7 @@ impl Controller {
                 if ok_rv.is_some() {
                     // Not taken off again before the watch shows it gone.
                     st.rec.guarded = false;
+                    st.rec.finalizer_at = None;
                 } else {
                     self.retry.insert(k.clone());
                 }

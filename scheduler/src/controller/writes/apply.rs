@@ -207,7 +207,7 @@ impl Writer {
                 )
                 .await
             }
-            Write::RemoveFinalizer { unit } => self.remove_quota_finalizer(unit).await,
+            Write::RemoveFinalizer { unit, at } => self.remove_quota_finalizer(unit, *at).await,
             Write::DeleteUnit { unit } => {
                 self.fence()?;
                 let (ns, name) = split(unit);

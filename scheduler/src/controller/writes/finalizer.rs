@@ -36,16 +36,48 @@ impl Writer {
         Ok(())
     }
 
-    /// Takes the quota finalizer off `unit`, whoever put it on: the unit's
-    /// finalizers are read and written back without it, conditional on the
-    /// resourceVersion read (a 409 when they changed meanwhile; the
-    /// controller tries again).
+    /// Takes the quota finalizer off `unit`, whoever put it on.
+    ///
+    /// Where the watch showed it (`at`, its index in the unit's finalizers)
+    /// one JSON patch tests that it is still there and removes it: no read
+    /// first. That read was one request of every job's eleven in Kueue's
+    /// large shape, where the API server is what bounds the run. If the
+    /// list changed meanwhile the test fails (422) and the finalizers are
+    /// read and written back without it, conditional on the
+    /// resourceVersion read (a 409 when they changed again; the controller
+    /// tries again).
     pub(super) async fn remove_quota_finalizer(
         &self,
         unit: &Key,
+        at: Option<u16>,
     ) -> Result<Option<u64>, kube::Error> {
         self.fence()?;
         let (ns, name) = split(unit);
+        if let Some(at) = at {
+            let path = format!("/metadata/finalizers/{at}");
+            let patch: json_patch::Patch = serde_json::from_value(json!([
+                { "op": "test", "path": path, "value": QUOTA_FINALIZER },
+                { "op": "remove", "path": path },
+            ]))
+            .map_err(kube::Error::SerdeError)?;
+            match self
+                .unit_acks(ns)
+                .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Ok(ack) => {
+                    return Ok(crate::controller::records::rv_number(
+                        ack.resource_version(),
+                    ));
+                }
+                // The last finalizer off a deleting object removes it.
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+                // Moved or gone: read them.
+                Err(kube::Error::Api(e)) if e.code == 422 => {}
+                Err(e) => return Err(e),
+            }
+            self.fence()?;
+        }
         let units = self.units(ns);
         let Some(meta) = units.get_metadata_opt(name).await? else {
             return Ok(None);

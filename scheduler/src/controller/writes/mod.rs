@@ -184,6 +184,9 @@ pub enum Write {
     RemoveFinalizer {
         /// The unit.
         unit: Key,
+        /// Where the watch last showed the finalizer in the unit's list
+        /// (`UnitRecord::finalizer_at`): removed there without a read.
+        at: Option<u16>,
     },
     /// Create (or update the policy of) the Queue kept for an ElasticQuota.
     EnsureQueue {
@@ -354,7 +357,7 @@ impl Write {
             | Self::ReleaseMembers { unit, .. }
             | Self::Visibility { unit, .. }
             | Self::DeleteUnit { unit }
-            | Self::RemoveFinalizer { unit } => Some(unit),
+            | Self::RemoveFinalizer { unit, .. } => Some(unit),
             _ => None,
         }
     }
