@@ -206,9 +206,7 @@ async fn a_kind_whose_api_fails_is_reported_and_the_others_are_scheduled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_leaders_release_fails_at_the_api_server() {
     use koord_queue_api::queue_unit::Admission;
-    use koord_queue_runtime::Leadership;
-    use koord_queue_scheduler::controller::metrics::Metrics;
-    use koord_queue_scheduler::controller::writes::{JobRef, Outcome, Write, Writer};
+    use koord_queue_scheduler::controller::writes::{JobRef, Outcome, Write};
     let cp = shared::own(Tier::One).await.unwrap();
     let lease = "faults-fence";
     koord_queue_tests::install::fencing_policy(&cp, koord_queue_api::keys::SYSTEM_NAMESPACE, lease)
@@ -255,16 +253,7 @@ async fn a_stale_leaders_release_fails_at_the_api_server() {
         .get("j2")
         .await
         .unwrap();
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let stale = Writer::new(
-        webhook::scheduler_client(&cp).await.unwrap(),
-        Leadership::fixed(true),
-        1,
-        done_tx,
-        Metrics::register(&mut Default::default()),
-        "stale-leader".into(),
-        koord_queue_api::keys::SYSTEM_NAMESPACE.into(),
-    );
+    let (stale, mut done_rx) = leading_writer(&cp, "stale-leader", 1).await;
     stale.submit(Write::Release {
         unit: format!("{ns}/{unit}").into(),
         job: JobRef {
@@ -485,9 +474,7 @@ fn json_patch_finalizer(on: bool) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quota_finalizer_comes_off_where_it_is_even_after_it_moved() {
     use koord_queue_api::keys::QUOTA_FINALIZER;
-    use koord_queue_runtime::Leadership;
-    use koord_queue_scheduler::controller::metrics::Metrics;
-    use koord_queue_scheduler::controller::writes::{Outcome, Write, Writer};
+    use koord_queue_scheduler::controller::writes::{Outcome, Write};
     use kube::api::{Patch, PatchParams, PostParams};
     const OTHER: &str = "koord-queue.test/keep";
 
@@ -541,16 +528,7 @@ async fn the_quota_finalizer_comes_off_where_it_is_even_after_it_moved() {
             .sum::<f64>()
     };
     let reads_before = unit_reads().await;
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let writer = Writer::new(
-        webhook::scheduler_client(&cp).await.unwrap(),
-        Leadership::fixed(true),
-        2,
-        done_tx,
-        Metrics::register(&mut Default::default()),
-        "finalizer-test".into(),
-        koord_queue_api::keys::SYSTEM_NAMESPACE.into(),
-    );
+    let (writer, mut done_rx) = leading_writer(&cp, "finalizer-test", 2).await;
     for name in ["first", "moved"] {
         writer.submit(Write::RemoveFinalizer {
             unit: format!("{ns}/{name}").into(),
@@ -574,4 +552,28 @@ async fn the_quota_finalizer_comes_off_where_it_is_even_after_it_moved() {
     let finalizers = |u: QueueUnit| u.metadata.finalizers.unwrap_or_default();
     assert!(finalizers(units.get("first").await.unwrap()).is_empty());
     assert_eq!(finalizers(units.get("moved").await.unwrap()), [OTHER]);
+}
+
+/// The scheduler's writer alone, with the scheduler's identity, believing it
+/// leads (a stale leader, or a write path tested without a controller), and
+/// the channel of its results.
+async fn leading_writer(
+    cp: &koord_queue_tests::ControlPlane,
+    identity: &str,
+    concurrency: usize,
+) -> (
+    koord_queue_scheduler::controller::writes::Writer,
+    tokio::sync::mpsc::UnboundedReceiver<koord_queue_scheduler::controller::writes::Written>,
+) {
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = koord_queue_scheduler::controller::writes::Writer::new(
+        webhook::scheduler_client(cp).await.unwrap(),
+        koord_queue_runtime::Leadership::fixed(true),
+        concurrency,
+        done_tx,
+        koord_queue_scheduler::controller::metrics::Metrics::register(&mut Default::default()),
+        identity.into(),
+        koord_queue_api::keys::SYSTEM_NAMESPACE.into(),
+    );
+    (writer, done_rx)
 }
