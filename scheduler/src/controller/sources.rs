@@ -61,6 +61,14 @@ pub enum Input {
     Pod(Change<Box<PodRecord>>),
 }
 
+/// A failing watch counts as working again after this long without a new
+/// error. kube's default backoff retries at most 30 s apart (and a failing
+/// request answers within its 30 s connect timeout), so a watch that still
+/// fails reports again well within it; one that resumed on a quiet resource
+/// says nothing else, and would otherwise leave `/readyz` degraded until the
+/// resource's next change.
+const RECOVERED_AFTER: Duration = Duration::from_secs(90);
+
 /// Objects per page of an initial list: bounds what one response holds.
 pub const LIST_PAGE_SIZE: u32 = 500;
 
@@ -223,6 +231,24 @@ async fn forward<K, T, S, C, W>(
     C: Fn(K) -> Option<T>,
     W: Fn(Change<T>) -> Input,
 {
+    forward_reporting(stream, tx, name, convert, wrap, RECOVERED_AFTER).await;
+}
+
+/// [`forward`], where a failing watch counts as working again after
+/// `recovered_after` without a new error.
+async fn forward_reporting<K, T, S, C, W>(
+    stream: S,
+    tx: mpsc::Sender<Input>,
+    name: &'static str,
+    convert: C,
+    wrap: W,
+    recovered_after: Duration,
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    K: kube::Resource,
+    C: Fn(K) -> Option<T>,
+    W: Fn(Change<T>) -> Input,
+{
     futures::pin_mut!(stream);
     let mut absent_reported = false;
     let mut absent_retry = ABSENT_RETRY_FIRST;
@@ -233,8 +259,32 @@ async fn forward<K, T, S, C, W>(
     let mut relisting: Option<Listed> = None;
     // Whether a failure was reported and not yet followed by success.
     let mut failing = false;
-    while let Some(event) = stream.next().await {
-        if failing && listed_once && matches!(event, Ok(Event::Apply(_) | Event::Delete(_))) {
+    loop {
+        let next = if failing {
+            // A watch that resumed on a quiet resource says nothing: no new
+            // error for longer than the backoff's longest pause is its
+            // success.
+            tokio::time::timeout(recovered_after, stream.next()).await
+        } else {
+            Ok(stream.next().await)
+        };
+        let event = match next {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(_quiet) => {
+                failing = false;
+                if tx.send(wrap(Change::Failing(None))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let works = match &event {
+            Ok(Event::Apply(_) | Event::Delete(_)) => listed_once,
+            Ok(Event::InitDone) => true,
+            _ => false,
+        };
+        if failing && works {
             failing = false;
             if tx.send(wrap(Change::Failing(None))).await.is_err() {
                 return;
@@ -270,7 +320,6 @@ async fn forward<K, T, S, C, W>(
                 continue;
             }
             Ok(Event::InitDone) => {
-                failing = false;
                 absent_reported = false;
                 absent_retry = ABSENT_RETRY_FIRST;
                 listed_once = true;
@@ -316,5 +365,106 @@ async fn forward<K, T, S, C, W>(
         if tx.send(wrap(change)).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const QUIET: Duration = Duration::from_secs(90);
+
+    /// Forwards `events` (then nothing, for good) as the node source does,
+    /// and returns what the controller receives.
+    fn forwarded(events: Vec<Result<Event<Node>, watcher::Error>>) -> mpsc::Receiver<Input> {
+        let (tx, rx) = mpsc::channel(16);
+        let stream = futures::stream::iter(events).chain(futures::stream::pending());
+        tokio::spawn(forward_reporting(
+            stream,
+            tx,
+            "nodes",
+            |n: Node| Some(Box::new(NodeRecord::from_node(&n))),
+            Input::Node,
+            QUIET,
+        ));
+        rx
+    }
+
+    /// What one input says of the source's failing state: `Some(true)`
+    /// failing, `Some(false)` working again, `None` anything else.
+    fn failing(input: &Input) -> Option<bool> {
+        match input {
+            Input::Node(Change::Failing(why)) => Some(why.is_some()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_resumed_on_a_quiet_resource_works_again() {
+        let started = tokio::time::Instant::now();
+        let mut rx = forwarded(vec![
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+        ]);
+        assert!(matches!(rx.recv().await, Some(Input::Node(Change::Synced))));
+        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(true));
+        // No event ever comes: the quiet period says it works.
+        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(false));
+        assert!(started.elapsed() >= QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_failing_again_within_the_quiet_period_stays_failing() {
+        let (tx, mut rx) = mpsc::channel(16);
+        // An error every 30 s (the backoff's longest pause), four times.
+        let stream = futures::stream::iter(0..4)
+            .then(|i| async move {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Err::<Event<Node>, _>(watcher::Error::NoResourceVersion)
+            })
+            .chain(futures::stream::pending());
+        let started = tokio::time::Instant::now();
+        tokio::spawn(forward_reporting(
+            stream,
+            tx,
+            "nodes",
+            |n: Node| Some(Box::new(NodeRecord::from_node(&n))),
+            Input::Node,
+            QUIET,
+        ));
+        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(true));
+        // Reported once; working again only a quiet period after the last.
+        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(false));
+        assert!(started.elapsed() >= Duration::from_secs(90) + QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_after_a_failure_says_it_works() {
+        let mut rx = forwarded(vec![
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+        ]);
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let input = rx.recv().await.unwrap();
+            seen.push(match &input {
+                Input::Node(Change::Synced) => "synced",
+                Input::Node(Change::Relisted(_)) => "relisted",
+                other => match failing(other) {
+                    Some(true) => "failing",
+                    Some(false) => "works",
+                    None => "other",
+                },
+            });
+        }
+        assert_eq!(seen, ["synced", "failing", "works", "relisted", "synced"]);
     }
 }
