@@ -180,8 +180,13 @@ impl Resources {
     ) -> Result<Self, QuantityError> {
         let mut out = Self::new();
         for (name, text) in entries {
-            out.set(name, parse_quantity(name, text)?);
+            let amount = parse_quantity(name, text)?;
+            *out.entry(name, amount) = amount;
         }
+        // Kept for as long as the record that holds it: without the spare
+        // capacity of its growth (4 slots for `cpu` + `memory`), 64 bytes
+        // less for each of 100,000 units.
+        out.0.shrink_to_fit();
         Ok(out)
     }
 

@@ -55,11 +55,8 @@ impl Controller {
         for reclaim in out.reclaims {
             self.reclaim(reclaim);
         }
-        for (k, reason) in out.waiting {
-            if let Some(st) = self.units.get_mut(&k) {
-                st.reason = Some(reason.to_string().into_boxed_str());
-            }
-        }
+        // `out.waiting` is not kept: the core holds each waiting unit's
+        // reason, and the visibility pass and API read it there.
         self.write_enqueued();
     }
 

@@ -48,9 +48,6 @@ pub(super) struct UnitState {
     /// (`Outcome::Unknown`) and no watch event of the unit came since: it is
     /// sent again, whole, while its job is held.
     pub(super) unconfirmed: bool,
-    /// Why it waits, as last computed (boxed: a rendered String keeps the
-    /// spare capacity of its growth, for each of 100,000 waiting units).
-    pub(super) reason: Option<Box<str>>,
     pub(super) last_published: Option<Instant>,
     pub(super) last_waiting_event: Option<Instant>,
     pub(super) released_at: Option<Instant>,
@@ -75,7 +72,6 @@ impl UnitState {
             released_here: false,
             release_ack: false,
             unconfirmed: false,
-            reason: None,
             last_published: None,
             last_waiting_event: None,
             released_at: None,
