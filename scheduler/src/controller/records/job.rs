@@ -7,7 +7,7 @@ use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::jobs::{JobAdapter, JobState};
 use koord_queue_api::{Resources, jobs, keys};
 
-use super::{Key, Name, intern, key};
+use super::{Key, Name, Uid, intern, intern_uid, key};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_queue_api::jobs::pod_group::{self, Member, Membership};
 
@@ -32,7 +32,7 @@ pub struct JobRecord {
     /// Name.
     pub name: String,
     /// Uid.
-    pub uid: String,
+    pub uid: Uid,
     /// The `koord-queue/queue-unit` annotation.
     pub unit_name: String,
     /// Key of that unit, made once: passes over every job look it up.
@@ -46,8 +46,9 @@ pub struct JobRecord {
     /// Creation time, ms since the epoch (0 if unknown).
     pub created_ms: i64,
     /// The pods that run on its quota besides its own: label and value
-    /// (`JobAdapter::pod_group`).
-    pub pod_group: Option<(&'static str, String)>,
+    /// (`JobAdapter::pod_group`). Boxed: few kinds have one, and the
+    /// record is kept inline in the controller's map of every job.
+    pub pod_group: Option<Box<(&'static str, String)>>,
     /// A pod group's member, or a pod group itself (see `state/groups.rs`).
     pub grouping: Option<Box<Grouping>>,
 }
@@ -102,11 +103,11 @@ impl JobRecord {
             unit: key(namespace, &unit_name),
             namespace: intern(namespace),
             name: metadata.name.unwrap_or_default(),
-            uid: metadata.uid.unwrap_or_default(),
+            uid: intern_uid(metadata.uid.as_deref().unwrap_or_default()),
             unit_name,
             held: adapter.is_held(&view),
             state: adapter.state(&view),
-            pod_group: adapter.pod_group(&view),
+            pod_group: adapter.pod_group(&view).map(Box::new),
             grouping,
             deleting: metadata.deletion_timestamp.is_some(),
             created_ms,

@@ -6,7 +6,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_api::{QueueUnit, Resources, jobs, keys};
 use kube::ResourceExt as _;
 
-use super::{Key, Labels, Name, intern, job, key, rv_number};
+use super::{Key, Labels, Name, Uid, intern, intern_uid, job, key, rv_number};
 
 /// The finalizer the scheduler puts on a unit when it releases it, and
 /// takes off once the unit is deleted and no pod it paid for is alive.
@@ -75,13 +75,13 @@ pub struct UnitRecord {
     /// Key of the job, made once: passes over every unit look it up.
     job: JobKey,
     /// Uid of the job once adopted (owner reference).
-    pub owner_uid: Option<String>,
+    pub owner_uid: Option<Uid>,
     /// `spec.consumerRef.uid`: the job the unit's quota was paid for.
     /// Unlike the owner reference it survives an orphaning delete of the job
     /// (the garbage collector removes the reference, not the spec), and
     /// tenants cannot write units: pods still running on the unit's quota
     /// are found by it, also after a restart.
-    pub consumer_uid: Option<String>,
+    pub consumer_uid: Option<Uid>,
     /// Whether it carries [`QUOTA_FINALIZER`].
     pub guarded: bool,
     /// Where in `metadata.finalizers` the watch showed [`QUOTA_FINALIZER`]
@@ -149,6 +149,12 @@ impl UnitRecord {
         let namespace = unit.metadata.namespace.as_deref().unwrap_or_default();
         let job_kind = spec.consumer_ref.kind.as_deref().unwrap_or_default();
         let job_name = spec.consumer_ref.name.clone().unwrap_or_default();
+        let consumer_uid = spec
+            .consumer_ref
+            .uid
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .map(intern_uid);
         Self {
             job: JobKey::new(job_kind, namespace, &job_name),
             namespace: intern(namespace),
@@ -174,14 +180,14 @@ impl UnitRecord {
             // A pod group's unit has no owner: adoption names the group's
             // uid in its consumerRef.
             owner_uid: if job_kind == jobs::pod_group::GROUP_KIND {
-                spec.consumer_ref.uid.clone().filter(|u| !u.is_empty())
+                consumer_uid.clone()
             } else {
                 unit.owner_references()
                     .iter()
                     .find(|r| job_uid(r))
-                    .map(|r| r.uid.clone())
+                    .map(|r| intern_uid(&r.uid))
             },
-            consumer_uid: spec.consumer_ref.uid.clone().filter(|u| !u.is_empty()),
+            consumer_uid,
             guarded: position.is_some(),
             finalizer_at: position.and_then(|i| u16::try_from(i).ok()),
             phase: status.phase,
@@ -239,12 +245,12 @@ impl UnitRecord {
     /// owner's (the same job, but the owner reference is gone after an
     /// orphaning delete, and units created before the consumer uid was
     /// written may lack it).
-    pub fn job_uids(&self) -> impl Iterator<Item = &str> {
+    pub fn job_uids(&self) -> impl Iterator<Item = &Uid> {
         let owner = self
             .owner_uid
-            .as_deref()
-            .filter(|o| Some(*o) != self.consumer_uid.as_deref());
-        self.consumer_uid.as_deref().into_iter().chain(owner)
+            .as_ref()
+            .filter(|o| Some(*o) != self.consumer_uid.as_ref());
+        self.consumer_uid.iter().chain(owner)
     }
 
     /// Whether the observed status says the unit holds quota.

@@ -543,7 +543,7 @@ pub(super) fn desired_membership(
 /// that cycle released it).
 pub(super) fn effective_phase(rec: &UnitRecord, job: Option<&JobRecord>) -> Option<QueueUnitPhase> {
     rec.phase.or_else(|| {
-        job.filter(|j| rec.owner_uid.as_deref() == Some(j.uid.as_str()))
+        job.filter(|j| rec.owner_uid.as_deref() == Some(&*j.uid))
             .map(|_| QueueUnitPhase::Enqueued)
     })
 }

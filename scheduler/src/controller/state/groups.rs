@@ -9,7 +9,7 @@ use koord_queue_api::jobs::pod_group::{self, Member};
 use std::collections::{BTreeMap, HashMap};
 
 use super::split_key;
-use crate::controller::records::{Grouping, JobKey, JobRecord, Key, key};
+use crate::controller::records::{Grouping, JobKey, JobRecord, Key, intern_uid, key};
 
 /// The groups' members, and each member pod's group.
 #[derive(Debug, Default)]
@@ -42,7 +42,7 @@ impl Group {
             adapter: self.like.adapter,
             namespace: self.like.namespace.clone(),
             name: name.to_string(),
-            uid: pod_group::group_uid(&self.like.namespace, name),
+            uid: intern_uid(&pod_group::group_uid(&self.like.namespace, name)),
             unit_name: self.like.unit_name.clone(),
             unit: self.like.unit.clone(),
             held: state.held,
@@ -80,7 +80,7 @@ impl Groups {
         }
         self.of_pod.insert(pod, group_key.clone());
         let (member, selector, size, uid) =
-            (member.clone(), of.selector(), of.size, rec.uid.clone());
+            (member.clone(), of.selector(), of.size, rec.uid.to_string());
         let group = self
             .groups
             .entry(group_key.clone())
@@ -187,7 +187,7 @@ mod tests {
             (rec.name.as_str(), rec.unit_name.as_str()),
             ("train", "train-group")
         );
-        assert_eq!(rec.uid, "PodGroup/ns/train");
+        assert_eq!(&*rec.uid, "PodGroup/ns/train");
         assert!(rec.held && rec.is_group());
         assert_eq!(counts(&rec), (1, 0));
         // An older member: Events go to it, and the group is as old as it.

@@ -5,7 +5,7 @@ use koord_queue_api::jobs::JobState;
 
 use super::{CACHES_SYNCED, Controller, FIRST_CYCLE, Membership, UnitState, job_ref, queue_of};
 use crate::controller::records::{
-    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QueueRecord, UnitRecord, key,
+    JobKey, JobRecord, Key, NamespaceQuotaRecord, NodeRecord, QueueRecord, Uid, UnitRecord, key,
 };
 use crate::controller::sources::{Change, Input, SourceName};
 use crate::controller::writes::Write;
@@ -45,8 +45,7 @@ impl Controller {
         match change {
             Change::Applied(rec) => {
                 let k = rec.key();
-                let uids =
-                    |r: &UnitRecord| -> Vec<String> { r.job_uids().map(str::to_string).collect() };
+                let uids = |r: &UnitRecord| -> Vec<Uid> { r.job_uids().cloned().collect() };
                 let mut reindex = None;
                 match self.units.get_mut(&k) {
                     Some(st) => {
@@ -78,7 +77,7 @@ impl Controller {
             Change::Deleted(ns, name) => {
                 let k = key(&ns, &name);
                 if let Some(st) = self.units.remove(&k) {
-                    let old: Vec<String> = st.rec.job_uids().map(str::to_string).collect();
+                    let old: Vec<Uid> = st.rec.job_uids().cloned().collect();
                     self.pods.index_unit(&k, &old, &[]);
                     // Its quota goes with its pods, not with the object.
                     if st.member != Membership::Absent && !self.linger(&k, &st) {

@@ -26,10 +26,12 @@ impl Controller {
             .filter(|j| j.unit_name == st.rec.name);
         // The job's pod group is remembered: should the job be deleted
         // first, the group's pods still run on the unit's quota.
-        if let Some(group) = job.and_then(group_of) {
-            st.pod_group = Some(group);
+        if let Some(group) = job.and_then(group_of)
+            && st.pod_group.as_deref() != Some(&group)
+        {
+            st.pod_group = Some(Box::new(group));
         }
-        let pods_alive = self.pods.unit_alive(&st.rec, st.pod_group.as_ref(), job);
+        let pods_alive = self.pods.unit_alive(&st.rec, st.pod_group.as_deref(), job);
         let job_finished = job.is_some_and(|j| finished(j.state));
         // A Running phase still waiting for a slot is moot once the job has
         // finished: withdrawn, the Succeed/Failed write takes its place.

@@ -307,7 +307,7 @@ fn job_ref(job: &JobRecord) -> JobRef {
             group: Some(GroupTarget {
                 name: job.name.clone(),
                 selector: selector.clone(),
-                uid: job.uid.clone(),
+                uid: job.uid.to_string(),
                 size: *size,
             }),
         };
@@ -316,7 +316,7 @@ fn job_ref(job: &JobRecord) -> JobRef {
         adapter: job.adapter,
         namespace: job.namespace.to_string(),
         name: job.name.clone(),
-        uid: job.uid.clone(),
+        uid: job.uid.to_string(),
         group: None,
     }
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use koord_queue_api::queue_unit::QueueUnitPhase;
 
 use super::{Controller, UnitState};
-use crate::controller::records::{JobKey, JobRecord, Key, PodRecord, UnitRecord};
+use crate::controller::records::{JobKey, JobRecord, Key, PodRecord, Uid, UnitRecord};
 use crate::controller::sources::Change;
 
 /// A unit deleted while pods it paid for still ran, and which carried no
@@ -46,10 +46,10 @@ pub(super) struct Pods {
     /// Alive pods per pod group (a group with none is absent).
     alive_in_group: HashMap<PodGroup, usize>,
     /// Jobs by uid.
-    jobs_by_uid: HashMap<String, JobKey>,
+    jobs_by_uid: HashMap<Uid, JobKey>,
     /// Units by the uids of their jobs: found by a pod also once the job
     /// is gone.
-    units_by_uid: HashMap<String, Key>,
+    units_by_uid: HashMap<Uid, Key>,
     /// Jobs by their pod group.
     jobs_by_group: HashMap<PodGroup, JobKey>,
     /// Deleted units whose job's pods still run.
@@ -149,7 +149,7 @@ impl Pods {
 
     /// Keeps the units' index by their jobs' uids in step: unit `k` was
     /// found by `old` and is found by `new` now.
-    pub(super) fn index_unit(&mut self, k: &Key, old: &[String], new: &[String]) {
+    pub(super) fn index_unit(&mut self, k: &Key, old: &[Uid], new: &[Uid]) {
         for uid in old {
             if self.units_by_uid.get(uid) == Some(k) {
                 self.units_by_uid.remove(uid);
@@ -165,10 +165,14 @@ impl Pods {
     /// group's job's; sorted, each once.
     pub(super) fn units_of(&self, pod: &PodRecord, jobs: &HashMap<JobKey, JobRecord>) -> Vec<Key> {
         let mut units: Vec<Key> = Vec::new();
-        if let Some(job) = self.jobs_by_uid.get(&pod.job_uid).and_then(|k| jobs.get(k)) {
+        if let Some(job) = self
+            .jobs_by_uid
+            .get(pod.job_uid.as_str())
+            .and_then(|k| jobs.get(k))
+        {
             units.push(job.unit.clone());
         }
-        if let Some(unit) = self.units_by_uid.get(&pod.job_uid) {
+        if let Some(unit) = self.units_by_uid.get(pod.job_uid.as_str()) {
             units.push(unit.clone());
         }
         if let Some(job) = pod_group(pod)
@@ -193,7 +197,7 @@ impl Pods {
     ) -> bool {
         let group = job.and_then(group_of);
         self.alive(
-            rec.job_uids().chain(job.map(|j| j.uid.as_str())),
+            rec.job_uids().chain(job.map(|j| &j.uid)).map(|u| &**u),
             group.as_ref().or(remembered),
         )
     }
@@ -278,7 +282,7 @@ impl Controller {
     /// Whether a pod that unit `st` paid for is alive (see
     /// [`Pods::unit_alive`]).
     pub(super) fn unit_pods_alive(&self, st: &UnitState, job: Option<&JobRecord>) -> bool {
-        self.pods.unit_alive(&st.rec, st.pod_group.as_ref(), job)
+        self.pods.unit_alive(&st.rec, st.pod_group.as_deref(), job)
     }
 
     /// Unit `k` (`st`), holding quota, is gone from the API: if pods it
@@ -292,9 +296,11 @@ impl Controller {
         if !self.unit_pods_alive(st, job) {
             return false;
         }
-        let mut job_uids: Vec<String> = st.rec.job_uids().map(str::to_string).collect();
-        job_uids.extend(job.map(|j| j.uid.clone()));
-        let group = job.and_then(group_of).or_else(|| st.pod_group.clone());
+        let mut job_uids: Vec<String> = st.rec.job_uids().map(|u| u.to_string()).collect();
+        job_uids.extend(job.map(|j| j.uid.to_string()));
+        let group = job
+            .and_then(group_of)
+            .or_else(|| st.pod_group.as_deref().cloned());
         tracing::info!(unit = %k, "unit gone while pods it paid for run: its quota is kept until they are gone");
         self.pods.linger(k.clone(), job_uids, group);
         true
@@ -317,6 +323,6 @@ impl Controller {
 /// The pod group of `job`, keyed for the controller's indexes.
 pub(super) fn group_of(job: &JobRecord) -> Option<PodGroup> {
     job.pod_group
-        .as_ref()
+        .as_deref()
         .map(|(label, value)| (job.namespace.to_string(), *label, value.clone()))
 }

@@ -6,7 +6,7 @@ use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase
 use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, event_reason};
 use super::{Controller, Membership, core_step, job_ref, queue_of};
 use crate::controller::metrics::AttemptLabels;
-use crate::controller::records::{JobKey, Key};
+use crate::controller::records::{JobKey, Key, intern_uid};
 use crate::controller::writes::{JobRef, Outcome, Write, Written};
 
 impl Controller {
@@ -103,7 +103,7 @@ impl Controller {
             Write::Adopt { job, .. } => {
                 st.awaiting = false;
                 if ok_rv.is_some() {
-                    st.rec.owner_uid = Some(job.uid);
+                    st.rec.owner_uid = Some(intern_uid(&job.uid));
                 } else {
                     self.retry.insert(k.clone());
                 }
@@ -129,7 +129,7 @@ impl Controller {
                             &job.namespace,
                             &job.name,
                         ))
-                        && j.uid == job.uid
+                        && *j.uid == *job.uid
                     {
                         j.held = true;
                     }

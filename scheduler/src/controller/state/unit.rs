@@ -55,8 +55,9 @@ pub(super) struct UnitState {
     /// last released (see `decide::members_to_release`).
     pub(super) members_released_at: Option<(usize, usize)>,
     /// Its job's pod group, as last seen (a RayJob's cluster): its pods
-    /// still run on the unit's quota after the job is deleted.
-    pub(super) pod_group: Option<PodGroup>,
+    /// still run on the unit's quota after the job is deleted. Boxed: few
+    /// jobs have one, and inline it took 64 of every unit's bytes.
+    pub(super) pod_group: Option<Box<PodGroup>>,
 }
 
 impl UnitState {

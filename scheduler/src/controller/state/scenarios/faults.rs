@@ -187,7 +187,7 @@ fn a_succeeded_job_keeps_its_quota_while_its_pod_group_runs() {
     let adapter = koord_queue_api::jobs::for_kind("batch", "Job").unwrap();
     let mut record =
         JobRecord::from_object(adapter, WatchedJob::from_value(&job).unwrap()).unwrap();
-    record.pod_group = Some(("ray.io/cluster", "c1".into()));
+    record.pod_group = Some(Box::new(("ray.io/cluster", "c1".into())));
     s.input(Input::Job("Job", Change::Applied(Box::new(record))));
     s.unit(
         json!({ "phase": "Running", "admissions": [{ "name": "main", "replicas": 1,
