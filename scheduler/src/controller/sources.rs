@@ -260,10 +260,14 @@ async fn forward_reporting<K, T, S, C, W>(
     // Whether a failure was reported and not yet followed by success.
     let mut failing = false;
     loop {
-        let next = if failing {
+        let next = if failing && listed_once {
             // A watch that resumed on a quiet resource says nothing: no new
             // error for longer than the backoff's longest pause is its
-            // success.
+            // success. (Its retry is a watch, open while it works. Before
+            // a first complete list the retry is a list, which ends with
+            // its objects or an error, and a list that hangs must not
+            // pass for one that worked: a job kind never listed would
+            // make its units look jobless.)
             tokio::time::timeout(recovered_after, stream.next()).await
         } else {
             Ok(stream.next().await)
@@ -392,6 +396,14 @@ mod tests {
         rx
     }
 
+    /// The next input; a test whose input never comes fails instead of
+    /// waiting for good (the clock is paused: the wait costs nothing).
+    async fn next(rx: &mut mpsc::Receiver<Input>) -> Option<Input> {
+        tokio::time::timeout(QUIET * 100, rx.recv())
+            .await
+            .expect("no input within 100 quiet periods")
+    }
+
     /// What one input says of the source's failing state: `Some(true)`
     /// failing, `Some(false)` working again, `None` anything else.
     fn failing(input: &Input) -> Option<bool> {
@@ -409,25 +421,29 @@ mod tests {
             Ok(Event::InitDone),
             Err(watcher::Error::NoResourceVersion),
         ]);
-        assert!(matches!(rx.recv().await, Some(Input::Node(Change::Synced))));
-        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(true));
+        assert!(matches!(
+            next(&mut rx).await,
+            Some(Input::Node(Change::Synced))
+        ));
+        assert_eq!(next(&mut rx).await.as_ref().and_then(failing), Some(true));
         // No event ever comes: the quiet period says it works.
-        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(false));
+        assert_eq!(next(&mut rx).await.as_ref().and_then(failing), Some(false));
         assert!(started.elapsed() >= QUIET);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_failing_again_within_the_quiet_period_stays_failing() {
         let (tx, mut rx) = mpsc::channel(16);
-        // An error every 30 s (the backoff's longest pause), four times.
-        let stream = futures::stream::iter(0..4)
-            .then(|i| async move {
-                if i > 0 {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                }
-                Err::<Event<Node>, _>(watcher::Error::NoResourceVersion)
-            })
-            .chain(futures::stream::pending());
+        // Listed, then an error every 30 s (the backoff's longest pause),
+        // four times.
+        let listed = futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)]);
+        let errors = futures::stream::iter(0..4).then(|i| async move {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            Err::<Event<Node>, _>(watcher::Error::NoResourceVersion)
+        });
+        let stream = listed.chain(errors).chain(futures::stream::pending());
         let started = tokio::time::Instant::now();
         tokio::spawn(forward_reporting(
             stream,
@@ -437,10 +453,23 @@ mod tests {
             Input::Node,
             QUIET,
         ));
-        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(true));
+        assert!(matches!(
+            next(&mut rx).await,
+            Some(Input::Node(Change::Synced))
+        ));
+        assert_eq!(next(&mut rx).await.as_ref().and_then(failing), Some(true));
         // Reported once; working again only a quiet period after the last.
-        assert_eq!(rx.recv().await.as_ref().and_then(failing), Some(false));
+        assert_eq!(next(&mut rx).await.as_ref().and_then(failing), Some(false));
         assert!(started.elapsed() >= Duration::from_secs(90) + QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_failing_before_its_first_list_waits_for_the_list() {
+        let mut rx = forwarded(vec![Err(watcher::Error::NoResourceVersion)]);
+        assert_eq!(next(&mut rx).await.as_ref().and_then(failing), Some(true));
+        // However long nothing comes, only a complete list says it works.
+        let quiet = tokio::time::timeout(QUIET * 10, rx.recv()).await;
+        assert!(quiet.is_err(), "reported working without a list");
     }
 
     #[tokio::test(start_paused = true)]
@@ -454,7 +483,7 @@ mod tests {
         ]);
         let mut seen = Vec::new();
         for _ in 0..5 {
-            let input = rx.recv().await.unwrap();
+            let input = next(&mut rx).await.unwrap();
             seen.push(match &input {
                 Input::Node(Change::Synced) => "synced",
                 Input::Node(Change::Relisted(_)) => "relisted",
