@@ -144,6 +144,7 @@ pub fn start(
         "pods",
         |p: k8s_openapi::api::core::v1::Pod| PodRecord::from_pod(&p).map(Box::new),
         Input::Pod,
+        RECOVERED_AFTER,
     ));
     if resource_quotas {
         sources.push("resourcequotas");
@@ -188,6 +189,7 @@ pub fn start(
                     JobRecord::from_object(adapter, obj).map(Box::new)
                 },
                 move |change| Input::Job(name, change),
+                RECOVERED_AFTER,
             )
             .await;
         });
@@ -216,27 +218,20 @@ fn spawn<K, T, S>(
     T: Send + 'static,
 {
     let name = std::any::type_name::<K>();
-    tokio::spawn(forward(stream, tx, name, move |k| Some(convert(k)), wrap));
+    tokio::spawn(forward(
+        stream,
+        tx,
+        name,
+        move |k| Some(convert(k)),
+        wrap,
+        RECOVERED_AFTER,
+    ));
 }
 
+/// Forwards a watch's events to the controller as [`Change`]s; a failing
+/// watch counts as working again after `recovered_after` without a new
+/// error ([`RECOVERED_AFTER`]).
 async fn forward<K, T, S, C, W>(
-    stream: S,
-    tx: mpsc::Sender<Input>,
-    name: &'static str,
-    convert: C,
-    wrap: W,
-) where
-    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
-    K: kube::Resource,
-    C: Fn(K) -> Option<T>,
-    W: Fn(Change<T>) -> Input,
-{
-    forward_reporting(stream, tx, name, convert, wrap, RECOVERED_AFTER).await;
-}
-
-/// [`forward`], where a failing watch counts as working again after
-/// `recovered_after` without a new error.
-async fn forward_reporting<K, T, S, C, W>(
     stream: S,
     tx: mpsc::Sender<Input>,
     name: &'static str,
@@ -383,9 +378,16 @@ mod tests {
     /// Forwards `events` (then nothing, for good) as the node source does,
     /// and returns what the controller receives.
     fn forwarded(events: Vec<Result<Event<Node>, watcher::Error>>) -> mpsc::Receiver<Input> {
+        forwarded_from(futures::stream::iter(events))
+    }
+
+    /// [`forwarded`], from any stream of events.
+    fn forwarded_from(
+        events: impl Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
+    ) -> mpsc::Receiver<Input> {
         let (tx, rx) = mpsc::channel(16);
-        let stream = futures::stream::iter(events).chain(futures::stream::pending());
-        tokio::spawn(forward_reporting(
+        let stream = events.chain(futures::stream::pending());
+        tokio::spawn(forward(
             stream,
             tx,
             "nodes",
@@ -433,7 +435,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_failing_again_within_the_quiet_period_stays_failing() {
-        let (tx, mut rx) = mpsc::channel(16);
         // Listed, then an error every 30 s (the backoff's longest pause),
         // four times.
         let listed = futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)]);
@@ -443,16 +444,8 @@ mod tests {
             }
             Err::<Event<Node>, _>(watcher::Error::NoResourceVersion)
         });
-        let stream = listed.chain(errors).chain(futures::stream::pending());
         let started = tokio::time::Instant::now();
-        tokio::spawn(forward_reporting(
-            stream,
-            tx,
-            "nodes",
-            |n: Node| Some(Box::new(NodeRecord::from_node(&n))),
-            Input::Node,
-            QUIET,
-        ));
+        let mut rx = forwarded_from(listed.chain(errors));
         assert!(matches!(
             next(&mut rx).await,
             Some(Input::Node(Change::Synced))
