@@ -15,6 +15,7 @@ pub mod failover;
 pub mod fairness;
 pub mod fidelity;
 pub mod floor;
+pub mod idle;
 pub mod kueue;
 pub mod member;
 pub mod output;

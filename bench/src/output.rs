@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::api_stats::{self, Component};
 use super::components::{SCHEDULER_PROCESS, WEBHOOK_PROCESS};
 use super::estimate_accuracy;
+use super::idle;
 use super::phase::{PhaseKind, PhaseResult};
 use super::plot::{self, Line, Panel};
 use super::report::{self, Distribution};
@@ -74,6 +75,20 @@ fn dist_json(d: &Distribution) -> Value {
 /// quota: not a violation) — the chaos run's rule.
 pub fn violations(result: &PhaseResult) -> (usize, usize) {
     (result.unit_violations.1, result.running_beyond_completed.1)
+}
+
+/// Capacity idle while work waited (`idle.rs`): per class and for any,
+/// by the CPU of running jobs; absent without the runtime's account.
+fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
+    let running = r.running_usage.as_ref()?;
+    let (per_class, any) =
+        idle::idle_while_waiting(shape, &r.timelines, &running.root_timeline, r.wall_seconds);
+    let figures = |i: &idle::IdleWhileWaiting| json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds });
+    let mut out = json!({ "any_class": figures(&any), "grace_s": idle::GRACE_S });
+    for (class, i) in &per_class {
+        out[*class] = figures(i);
+    }
+    Some(out)
 }
 
 /// The JSON summary of one phase.
@@ -181,6 +196,7 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "cpu_usage_percent_of_min": round(usage_all, 1),
         "cpu_usage_percent_of_min_running_jobs": round(running_all, 1),
         "peak_root_cpu": r.unit_usage.as_ref().map(|u| u.root_peak as f64 / 1000.0),
+        "idle_while_waiting": idle_json(shape, r),
         "per_quota": per_quota,
         "reclaims": { "units_entered_timeout_backoff": r.phase_entries.get("TimeoutBackoff").copied().unwrap_or(0), "jobs_suspended_again": suspensions, "most_suspensions_of_one_job": most_suspensions, "finished_jobs_suspended": finished_suspended, "suspended_jobs_completed_by_the_runtime": completed_suspended },
         "preemptions": r.preemptions.map(|p| json!({
@@ -566,6 +582,19 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
                 p["reclaims"]["units_entered_timeout_backoff"],
                 p["reclaims"]["finished_jobs_suspended"]
             );
+            let idle = &p["idle_while_waiting"];
+            if !idle.is_null() {
+                let _ = writeln!(
+                    out,
+                    "  root under half its capacity while a job waited over {} s: {} s in {} whole seconds (small {}, medium {}, large {} whole seconds)",
+                    idle["grace_s"],
+                    f(&idle["any_class"]["seconds"]),
+                    idle["any_class"]["whole_seconds"],
+                    idle["small"]["whole_seconds"],
+                    idle["medium"]["whole_seconds"],
+                    idle["large"]["whole_seconds"]
+                );
+            }
             let pp = &p["pending_period"];
             let _ = writeln!(
                 out,
