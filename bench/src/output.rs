@@ -77,18 +77,26 @@ pub fn violations(result: &PhaseResult) -> (usize, usize) {
     (result.unit_violations.1, result.running_beyond_completed.1)
 }
 
-/// Capacity idle while work waited (`idle.rs`): per class and for any,
-/// by the CPU of running jobs; absent without the runtime's account.
+/// Capacity idle while work waited (`idle.rs`), per class and for any:
+/// by the CPU running jobs take (what the cluster does) and by the CPU
+/// QueueUnits hold (what the scheduler gave out: quota held by a job in
+/// transit counts as used); absent without the runtime's account.
 fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
-    let running = r.running_usage.as_ref()?;
-    let (per_class, any) =
-        idle::idle_while_waiting(shape, &r.timelines, &running.root_timeline, r.wall_seconds);
-    let figures = |i: &idle::IdleWhileWaiting| json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds });
-    let mut out = json!({ "any_class": figures(&any), "grace_s": idle::GRACE_S });
-    for (class, i) in &per_class {
-        out[*class] = figures(i);
-    }
-    Some(out)
+    let by = |usage: &crate::quota::Usage| {
+        let (per_class, any) =
+            idle::idle_while_waiting(shape, &r.timelines, &usage.root_timeline, r.wall_seconds);
+        let figures = |i: &idle::IdleWhileWaiting| json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds });
+        let mut out = json!({ "any_class": figures(&any) });
+        for (class, i) in &per_class {
+            out[*class] = figures(i);
+        }
+        out
+    };
+    Some(json!({
+        "grace_s": idle::GRACE_S,
+        "by_running_jobs": by(r.running_usage.as_ref()?),
+        "by_held_quota": r.unit_usage.as_ref().map(by),
+    }))
 }
 
 /// The JSON summary of one phase.
@@ -583,16 +591,20 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
                 p["reclaims"]["finished_jobs_suspended"]
             );
             let idle = &p["idle_while_waiting"];
-            if !idle.is_null() {
+            for (by, what) in [("by_running_jobs", "ran"), ("by_held_quota", "held")] {
+                let i = &idle[by];
+                if i.is_null() {
+                    continue;
+                }
                 let _ = writeln!(
                     out,
-                    "  root under half its capacity while a job waited over {} s: {} s in {} whole seconds (small {}, medium {}, large {} whole seconds)",
+                    "  root {what} under half its capacity while a job waited over {} s: {} s in {} whole seconds (small {}, medium {}, large {} whole seconds)",
                     idle["grace_s"],
-                    f(&idle["any_class"]["seconds"]),
-                    idle["any_class"]["whole_seconds"],
-                    idle["small"]["whole_seconds"],
-                    idle["medium"]["whole_seconds"],
-                    idle["large"]["whole_seconds"]
+                    f(&i["any_class"]["seconds"]),
+                    i["any_class"]["whole_seconds"],
+                    i["small"]["whole_seconds"],
+                    i["medium"]["whole_seconds"],
+                    i["large"]["whole_seconds"]
                 );
             }
             let pp = &p["pending_period"];
