@@ -24,7 +24,12 @@ pub struct IdleWhileWaiting {
     /// issue's "no second in which a class waits while the root runs under
     /// half its capacity" asks for 0.
     pub whole_seconds: usize,
+    /// Where it lies: its first [`SPANS_KEPT`] spans, `(from, to)` seconds.
+    pub first_spans: Vec<(f64, f64)>,
 }
+
+/// Spans of idle time kept in a result, to find them in the run.
+pub const SPANS_KEPT: usize = 10;
 
 /// Half-open intervals `[start, end)`, seconds.
 type Spans = Vec<(f64, f64)>;
@@ -127,6 +132,7 @@ fn measure(spans: &Spans) -> IdleWhileWaiting {
     IdleWhileWaiting {
         seconds: spans.iter().map(|(a, b)| b - a).sum(),
         whole_seconds: touched.len(),
+        first_spans: spans.iter().take(SPANS_KEPT).copied().collect(),
     }
 }
 
@@ -159,6 +165,10 @@ mod tests {
         shape
     }
 
+    fn figures(i: &IdleWhileWaiting) -> (f64, usize) {
+        (i.seconds, i.whole_seconds)
+    }
+
     #[test]
     fn a_wait_counts_only_while_the_root_is_under_half_and_past_the_grace() {
         let shape = shape();
@@ -177,27 +187,11 @@ mod tests {
         let (per_class, any) = idle_while_waiting(&shape, &jobs, &root, 20.0);
         let by_name = |n: &str| per_class.iter().find(|(c, _)| *c == n).unwrap().1.clone();
         assert_eq!(by_name("small"), IdleWhileWaiting::default());
-        assert_eq!(
-            by_name("medium"),
-            IdleWhileWaiting {
-                seconds: 3.0,
-                whole_seconds: 3
-            }
-        );
-        assert_eq!(
-            by_name("large"),
-            IdleWhileWaiting {
-                seconds: 1.0,
-                whole_seconds: 1
-            }
-        );
-        assert_eq!(
-            any,
-            IdleWhileWaiting {
-                seconds: 3.0,
-                whole_seconds: 3
-            }
-        );
+        assert_eq!(by_name("medium").first_spans, [(1.0, 2.0), (10.0, 12.0)]);
+        assert_eq!(figures(&by_name("medium")), (3.0, 3));
+        assert_eq!(by_name("large").first_spans, [(1.0, 2.0)]);
+        assert_eq!(figures(&by_name("large")), (1.0, 1));
+        assert_eq!(figures(&any), (3.0, 3));
     }
 
     #[test]
@@ -212,13 +206,8 @@ mod tests {
         let (_, busy) = idle_while_waiting(&shape, &jobs, &[(0.0, half)], 10.0);
         assert_eq!(busy, IdleWhileWaiting::default());
         let (_, idle) = idle_while_waiting(&shape, &jobs, &[(0.0, half - 1)], 10.0);
-        assert_eq!(
-            idle,
-            IdleWhileWaiting {
-                seconds: 9.0,
-                whole_seconds: 9
-            }
-        );
+        assert_eq!(figures(&idle), (9.0, 9));
+        assert_eq!(idle.first_spans, [(1.0, 10.0)]);
     }
 
     #[test]

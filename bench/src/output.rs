@@ -85,7 +85,14 @@ fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
     let by = |usage: &crate::quota::Usage| {
         let (per_class, any) =
             idle::idle_while_waiting(shape, &r.timelines, &usage.root_timeline, r.wall_seconds);
-        let figures = |i: &idle::IdleWhileWaiting| json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds });
+        let figures = |i: &idle::IdleWhileWaiting| {
+            let spans: Vec<[f64; 2]> = i
+                .first_spans
+                .iter()
+                .map(|(a, b)| [round(*a, 1), round(*b, 1)])
+                .collect();
+            json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds, "first_spans": spans })
+        };
         let mut out = json!({ "any_class": figures(&any) });
         for (class, i) in &per_class {
             out[*class] = figures(i);

@@ -457,6 +457,28 @@ impl Shape {
         }
     }
 
+    /// The same shape `factor` times slower: every class's arrival interval
+    /// and runtime, and every job's runtime, times `factor` (at least 1).
+    /// What each queue asks of its quota stays the same (rate × runtime),
+    /// while the arrivals per second fall by `factor`: on a machine whose
+    /// API server cannot take the shape's rate, a released job's quota is
+    /// held for seconds of API latency beyond its runtime, which multiplies
+    /// what every queue asks and overturns the shape's design (issue 44's
+    /// shape: the large class asks less than its quotas' min only while a
+    /// hold is about its runtime).
+    pub fn slowed(mut self, factor: f64) -> Self {
+        let factor = factor.max(1.0);
+        let scale = |d: Duration| Duration::from_secs_f64(d.as_secs_f64() * factor);
+        for class in &mut self.classes {
+            class.interval = scale(class.interval);
+            class.runtime = scale(class.runtime);
+        }
+        for job in &mut self.jobs {
+            job.runtime = scale(job.runtime);
+        }
+        self
+    }
+
     /// `activeDeadlineSeconds` of a job of `class`, if runs are bounded:
     /// at least 1 (the API's minimum).
     pub fn run_bound_seconds(&self, class: &Class) -> Option<i64> {
@@ -632,6 +654,26 @@ mod tests {
         );
         assert!(super::named("one-large-class", "15k", None, Some(4), None).is_err());
         assert!(super::named("other", "15k", None, None, None).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_slowed_shape_keeps_its_jobs_and_what_each_asks() -> Result<()> {
+        let shape = super::named("one-large-class", "15k", Some(3000), None, None)?;
+        let slow = shape.clone().slowed(10.0).with_run_bounds(Some(3.0));
+        assert_eq!(slow.jobs.len(), shape.jobs.len());
+        for (a, b) in shape.classes.iter().zip(&slow.classes) {
+            assert_eq!(b.interval, a.interval * 10);
+            assert_eq!(b.runtime, a.runtime * 10);
+        }
+        let large = slow.jobs.iter().find(|j| j.class == 2).unwrap();
+        assert_eq!(large.runtime, super::ONE_LARGE_RUNTIME * 10);
+        assert_eq!(slow.job_run_bound_seconds(large), Some(15));
+        // A factor under 1 leaves the shape as it is.
+        assert_eq!(
+            shape.clone().slowed(0.5).classes[0].interval,
+            shape.classes[0].interval
+        );
         Ok(())
     }
 

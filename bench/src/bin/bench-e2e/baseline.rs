@@ -57,6 +57,7 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
         "scheduler": cli.scheduler_json(),
         "queue_spec": cli.queue_spec,
         "run_bound_factor": cli.run_bound_factor,
+        "slow_down": cli.slow_down,
         "floor_writes": round.and_then(|i| floor_writes_by_round.get(i)),
         "machine": start.machine(),
         "source": start.source,

@@ -47,6 +47,7 @@ pub(super) async fn run(cli: &Cli, shape: Arc<Shape>) -> Result<bool> {
     json["settings"] = json!({
         "koord_queue": koord_queue,
         "run_bound_factor": cli.run_bound_factor,
+        "slow_down": cli.slow_down,
         "kueue": koord_queue_bench::kueue::settings_json(cli.kueue_client_rate),
         "runtime_concurrency": cli.runtime_concurrency,
         "runtime_marks_running": !cli.no_running_status,
