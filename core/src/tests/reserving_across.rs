@@ -233,3 +233,55 @@ fn a_head_short_of_the_capacity_holds_every_queue() {
         "{reason}"
     );
 }
+
+/// Leaves `a`, `b` (min 3) and `c` (min 4) fill parent `p` (10): `a`'s
+/// large head (4, priority 100; its run bounded or not) reserved and was
+/// released, borrowing 1 beyond `a`'s min; `b` and `c` hold 3 each. Then
+/// `c`'s guaranteed unit of 1 (within `c`'s min) finds the parent full,
+/// and the head is the only unit that borrows: what the cycle reclaims.
+fn guaranteed_unit_after_a_released_head(bounded: bool) -> Vec<String> {
+    let mut c = tree(10, 3);
+    c.upsert_quota(
+        &QuotaDef::new("c")
+            .under("p")
+            .min("cpu", 4_000)
+            .max("cpu", 10_000),
+    )
+    .unwrap();
+    c.upsert_unit(&unit("ns", "running", "b", 8).created_at(0))
+        .unwrap();
+    assert_eq!(released(&c.run_cycle()), ["ns/running"]);
+    let large = unit("ns", "large", "a", 4)
+        .with_priority(100)
+        .created_at(10_000);
+    let large = if bounded {
+        large.running_at_most(5_000)
+    } else {
+        large
+    };
+    c.upsert_unit(&large).unwrap();
+    assert!(c.run_cycle().decisions.is_empty());
+    assert!(reason_text(&c, "ns/large").starts_with("reserving:"));
+    c.remove_unit("ns/running");
+    assert_eq!(released(&c.run_cycle()), ["ns/large"]);
+    for (name, quota) in [("b-held", "b"), ("c-held", "c")] {
+        c.upsert_unit(&unit("ns", name, quota, 3).created_at(20_000))
+            .unwrap();
+    }
+    assert_eq!(released(&c.run_cycle()), ["ns/b-held", "ns/c-held"]);
+    c.upsert_unit(&unit("ns", "guaranteed", "c", 1).created_at(30_000))
+        .unwrap();
+    let out = c.run_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", released(&out));
+    out.reclaims.iter().map(|r| r.victim.to_string()).collect()
+}
+
+#[test]
+fn a_released_head_with_a_run_bound_is_not_reclaimed_for_a_unit_of_lower_priority() {
+    // Bounded: the head keeps its room; the guaranteed unit waits at most
+    // the head's bound.
+    assert!(guaranteed_unit_after_a_released_head(true).is_empty());
+    // Unbounded: the min stays a guarantee, the head is taken back when
+    // nothing else makes room.
+    assert_eq!(guaranteed_unit_after_a_released_head(false), ["ns/large"]);
+}
