@@ -130,7 +130,8 @@ fn measure(spans: &Spans) -> IdleWhileWaiting {
         touched.extend(first..=last.max(first));
     }
     IdleWhileWaiting {
-        seconds: spans.iter().map(|(a, b)| b - a).sum(),
+        // `+ 0.0`: an empty sum is -0.0, which a report would print.
+        seconds: spans.iter().map(|(a, b)| b - a).sum::<f64>() + 0.0,
         whole_seconds: touched.len(),
         first_spans: spans.iter().take(SPANS_KEPT).copied().collect(),
     }

@@ -330,9 +330,9 @@ impl Pass<'_> {
             // and a unit sent back twice already, are spared while others
             // can make room; the min stays a guarantee, so they are taken
             // when nothing else would do — a head before such a unit: a
-            // head is sent back once, the other a third time. A head whose
-            // run is bounded is never taken: the guarantee waits at most
-            // its bound (`pick.rs`).
+            // head is sent back once, the other a third time. A unit of
+            // higher priority whose run is bounded is never taken: the
+            // guarantee waits at most its bound (`pick.rs`).
             let priority = u.priority;
             let mut none = None;
             let tiers = [(true, true), (false, true), (false, false)];

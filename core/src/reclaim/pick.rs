@@ -265,15 +265,17 @@ impl Pass<'_> {
                 spare_heads,
                 spare_sent_back,
             } => {
-                let head = v.released_reserving && v.priority > priority;
-                // A head whose run is bounded ends by itself: the
-                // guaranteed unit waits at most that bound, and the head
-                // keeps what it reserved for (sent back, a large unit that
-                // always borrows would reserve again, and soon wait for an
-                // idle cluster as one sent back too often).
-                let bounded_head = head && v.max_run_ms.is_some();
+                let senior = v.priority > priority;
+                let head = v.released_reserving && senior;
+                // A unit of higher priority whose run is bounded ends by
+                // itself: the guaranteed unit waits at most that bound, and
+                // the senior unit keeps its room (sent back, a large unit
+                // that always borrows would wait again, and after two
+                // send-backs wait for an idle cluster).
+                let bounded_senior = senior && v.max_run_ms.is_some();
                 let churned = self.reclaim.sent_back(&v.key) >= SPARED_AFTER;
-                let spared = bounded_head || (spare_heads && head) || (spare_sent_back && churned);
+                let spared =
+                    bounded_senior || (spare_heads && head) || (spare_sent_back && churned);
                 !spared
             }
             Eligible::Preempt(rule) => {

@@ -70,8 +70,9 @@ pub(crate) enum Eligible {
     /// lower priority), with `spare_sent_back` not one sent back
     /// [`SPARED_AFTER`] times already (no churn of one unit). A plan first
     /// tries sparing both, and takes them only when nothing else makes
-    /// room: the min stays a guarantee. Such a head with a run bound is
-    /// spared in every plan: it ends by itself within the bound.
+    /// room: the min stays a guarantee. A unit of higher priority with a
+    /// run bound (a head or not) is spared in every plan: it ends by
+    /// itself within the bound.
     Reclaim {
         priority: i32,
         spare_heads: bool,

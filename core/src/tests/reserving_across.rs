@@ -285,3 +285,45 @@ fn a_released_head_with_a_run_bound_is_not_reclaimed_for_a_unit_of_lower_priorit
     // nothing else makes room.
     assert_eq!(guaranteed_unit_after_a_released_head(false), ["ns/large"]);
 }
+
+/// `a`'s unit (4, `priority`, its run bounded or not) released at once,
+/// borrowing 1 beyond `a`'s min of 3; `b` and `c` (min 4) hold 3 each; then
+/// `c`'s guaranteed unit of 1 (priority 0) finds the parent full: the
+/// victims of the cycle.
+fn guaranteed_unit_after_a_borrower(priority: i32, bounded: bool) -> Vec<String> {
+    let mut c = tree(10, 3);
+    c.upsert_quota(
+        &QuotaDef::new("c")
+            .under("p")
+            .min("cpu", 4_000)
+            .max("cpu", 10_000),
+    )
+    .unwrap();
+    let borrower = unit("ns", "borrower", "a", 4).with_priority(priority);
+    let borrower = if bounded {
+        borrower.running_at_most(5_000)
+    } else {
+        borrower
+    };
+    c.upsert_unit(&borrower).unwrap();
+    for (name, quota) in [("b-held", "b"), ("c-held", "c")] {
+        c.upsert_unit(&unit("ns", name, quota, 3).created_at(20_000))
+            .unwrap();
+    }
+    assert_eq!(released(&c.run_cycle()).len(), 3);
+    c.upsert_unit(&unit("ns", "guaranteed", "c", 1).created_at(30_000))
+        .unwrap();
+    let out = c.run_cycle();
+    out.reclaims.iter().map(|r| r.victim.to_string()).collect()
+}
+
+#[test]
+fn a_bounded_unit_of_higher_priority_is_never_reclaimed_for_a_guaranteed_one() {
+    assert!(guaranteed_unit_after_a_borrower(100, true).is_empty());
+    // Unbounded, or not senior: the min is a guarantee.
+    assert_eq!(
+        guaranteed_unit_after_a_borrower(100, false),
+        ["ns/borrower"]
+    );
+    assert_eq!(guaranteed_unit_after_a_borrower(0, true), ["ns/borrower"]);
+}
