@@ -97,13 +97,7 @@ fn a_unit_that_does_not_compete_passes() {
 #[test]
 fn a_unit_within_its_min_passes_the_guarantee_stands() {
     let mut c = tree(10, 0);
-    c.upsert_quota(
-        &QuotaDef::new("c")
-            .under("p")
-            .min("cpu", 2_000)
-            .max("cpu", 10_000),
-    )
-    .unwrap();
+    give_c_a_min(&mut c, 2);
     c.upsert_unit(&unit("ns", "running", "b", 7).created_at(0))
         .unwrap();
     assert_eq!(released(&c.run_cycle()), ["ns/running"]);
@@ -241,13 +235,7 @@ fn a_head_short_of_the_capacity_holds_every_queue() {
 /// and the head is the only unit that borrows: what the cycle reclaims.
 fn guaranteed_unit_after_a_released_head(bounded: bool) -> Vec<String> {
     let mut c = tree(10, 3);
-    c.upsert_quota(
-        &QuotaDef::new("c")
-            .under("p")
-            .min("cpu", 4_000)
-            .max("cpu", 10_000),
-    )
-    .unwrap();
+    give_c_a_min(&mut c, 4);
     c.upsert_unit(&unit("ns", "running", "b", 8).created_at(0))
         .unwrap();
     assert_eq!(released(&c.run_cycle()), ["ns/running"]);
@@ -264,16 +252,8 @@ fn guaranteed_unit_after_a_released_head(bounded: bool) -> Vec<String> {
     assert!(reason_text(&c, "ns/large").starts_with("reserving:"));
     c.remove_unit("ns/running");
     assert_eq!(released(&c.run_cycle()), ["ns/large"]);
-    for (name, quota) in [("b-held", "b"), ("c-held", "c")] {
-        c.upsert_unit(&unit("ns", name, quota, 3).created_at(20_000))
-            .unwrap();
-    }
-    assert_eq!(released(&c.run_cycle()), ["ns/b-held", "ns/c-held"]);
-    c.upsert_unit(&unit("ns", "guaranteed", "c", 1).created_at(30_000))
-        .unwrap();
-    let out = c.run_cycle();
-    assert!(out.decisions.is_empty(), "{:?}", released(&out));
-    out.reclaims.iter().map(|r| r.victim.to_string()).collect()
+    assert_eq!(fill_b_and_c(&mut c), ["ns/b-held", "ns/c-held"]);
+    guaranteed_victims(&mut c)
 }
 
 #[test]
@@ -292,13 +272,7 @@ fn a_released_head_with_a_run_bound_is_not_reclaimed_for_a_unit_of_lower_priorit
 /// victims of the cycle.
 fn guaranteed_unit_after_a_borrower(priority: i32, bounded: bool) -> Vec<String> {
     let mut c = tree(10, 3);
-    c.upsert_quota(
-        &QuotaDef::new("c")
-            .under("p")
-            .min("cpu", 4_000)
-            .max("cpu", 10_000),
-    )
-    .unwrap();
+    give_c_a_min(&mut c, 4);
     let borrower = unit("ns", "borrower", "a", 4).with_priority(priority);
     let borrower = if bounded {
         borrower.running_at_most(5_000)
@@ -306,15 +280,10 @@ fn guaranteed_unit_after_a_borrower(priority: i32, bounded: bool) -> Vec<String>
         borrower
     };
     c.upsert_unit(&borrower).unwrap();
-    for (name, quota) in [("b-held", "b"), ("c-held", "c")] {
-        c.upsert_unit(&unit("ns", name, quota, 3).created_at(20_000))
-            .unwrap();
-    }
-    assert_eq!(released(&c.run_cycle()).len(), 3);
-    c.upsert_unit(&unit("ns", "guaranteed", "c", 1).created_at(30_000))
-        .unwrap();
-    let out = c.run_cycle();
-    out.reclaims.iter().map(|r| r.victim.to_string()).collect()
+    let mut released = fill_b_and_c(&mut c);
+    released.sort();
+    assert_eq!(released, ["ns/b-held", "ns/borrower", "ns/c-held"]);
+    guaranteed_victims(&mut c)
 }
 
 #[test]
@@ -326,4 +295,35 @@ fn a_bounded_unit_of_higher_priority_is_never_reclaimed_for_a_guaranteed_one() {
         ["ns/borrower"]
     );
     assert_eq!(guaranteed_unit_after_a_borrower(0, true), ["ns/borrower"]);
+}
+
+/// Sets `c`'s min to `cpu` (its max stays the parent's 10).
+fn give_c_a_min(c: &mut Core, cpu: i64) {
+    c.upsert_quota(
+        &QuotaDef::new("c")
+            .under("p")
+            .min("cpu", cpu * 1000)
+            .max("cpu", 10_000),
+    )
+    .unwrap();
+}
+
+/// `b` and `c` each take 3 within their min: what the cycle released.
+fn fill_b_and_c(c: &mut Core) -> Vec<String> {
+    for (name, quota) in [("b-held", "b"), ("c-held", "c")] {
+        c.upsert_unit(&unit("ns", name, quota, 3).created_at(20_000))
+            .unwrap();
+    }
+    let out = c.run_cycle();
+    released(&out).into_iter().map(str::to_string).collect()
+}
+
+/// `c`'s guaranteed unit of 1 (priority 0, within `c`'s min) arrives at a
+/// full parent: it is not released, and the cycle's victims are returned.
+fn guaranteed_victims(c: &mut Core) -> Vec<String> {
+    c.upsert_unit(&unit("ns", "guaranteed", "c", 1).created_at(30_000))
+        .unwrap();
+    let out = c.run_cycle();
+    assert!(out.decisions.is_empty(), "{:?}", released(&out));
+    out.reclaims.iter().map(|r| r.victim.to_string()).collect()
 }
