@@ -4,8 +4,9 @@
 //! A job waits from its create (or from being sent back) to its release. A
 //! release takes a moment even when the room is free, so only the part of a
 //! wait beyond [`GRACE_S`] counts: what is left is a job that could have run
-//! and did not. The root's use is what running jobs take (released, not
-//! finished, not sent back), from the job runtime's own account.
+//! and did not. The root's use is given as a timeline: what running jobs
+//! take (released, not finished, not sent back; the job runtime's account)
+//! or what QueueUnits hold (the checker's) — `output.rs` reports both.
 
 use serde::Serialize;
 
@@ -35,8 +36,8 @@ pub const SPANS_KEPT: usize = 10;
 type Spans = Vec<(f64, f64)>;
 
 /// The idle capacity while each class waited (`(class name, idle)`, in the
-/// shape's order) and while any did. `root_timeline` is the CPU the root's
-/// running jobs take after every change (millicores), `end` the run's end.
+/// shape's order) and while any did. `root_timeline` is the root's CPU in
+/// use after every change (millicores), `end` the run's end.
 pub fn idle_while_waiting(
     shape: &Shape,
     jobs: &[JobTimeline],

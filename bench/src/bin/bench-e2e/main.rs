@@ -347,8 +347,8 @@ fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
     }
 }
 
-/// A run bound factor: a bound below the runtime would have the job
-/// controller end the job before it is done.
+/// A slow-down factor: at least 1 (a faster shape would ask for more
+/// arrivals a second than its sequences are made for).
 fn parse_slow_down(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(k) if k.is_finite() && k >= 1.0 => Ok(k),
@@ -356,6 +356,8 @@ fn parse_slow_down(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A run bound factor: a bound below the runtime would have the job
+/// controller end the job before it is done.
 fn parse_run_bound_factor(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
