@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::Deficit;
-use super::state::{Eligible, SPARED_AFTER, Source, VictimKey};
+use super::state::{Eligible, SPARE_BOUNDED_WITHIN_MS, SPARED_AFTER, Source, VictimKey};
 use crate::cycle::Pass;
 use crate::ids::{QuotaId, ResId, UnitId};
 use crate::units::UnitEntry;
@@ -268,11 +268,15 @@ impl Pass<'_> {
                 let senior = v.priority > priority;
                 let head = v.released_reserving && senior;
                 // A unit of higher priority whose run is bounded ends by
-                // itself: the guaranteed unit waits at most that bound, and
-                // the senior unit keeps its room (sent back, a large unit
-                // that always borrows would wait again, and after two
-                // send-backs wait for an idle cluster).
-                let bounded_senior = senior && v.max_run_ms.is_some();
+                // itself: the guaranteed unit waits at most that bound (when
+                // it ends soon enough), and the senior unit keeps its room
+                // (sent back, a large unit that always borrows would wait
+                // again, and after two send-backs wait for an idle cluster).
+                let ends_soon = v.max_run_ms.is_some_and(|bound| {
+                    since_ms.saturating_add(bound)
+                        <= self.now_ms.saturating_add(SPARE_BOUNDED_WITHIN_MS)
+                });
+                let bounded_senior = senior && ends_soon;
                 let churned = self.reclaim.sent_back(&v.key) >= SPARED_AFTER;
                 let spared =
                     bounded_senior || (spare_heads && head) || (spare_sent_back && churned);

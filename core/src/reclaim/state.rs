@@ -70,9 +70,9 @@ pub(crate) enum Eligible {
     /// lower priority), with `spare_sent_back` not one sent back
     /// [`SPARED_AFTER`] times already (no churn of one unit). A plan first
     /// tries sparing both, and takes them only when nothing else makes
-    /// room: the min stays a guarantee. A unit of higher priority with a
-    /// run bound (a head or not) is spared in every plan: it ends by
-    /// itself within the bound.
+    /// room: the min stays a guarantee. A unit of higher priority whose
+    /// run bound ends within [`SPARE_BOUNDED_WITHIN_MS`] (a head or not) is
+    /// spared in every plan: it ends by itself by then.
     Reclaim {
         priority: i32,
         spare_heads: bool,
@@ -367,6 +367,12 @@ pub(crate) struct ReclaimState {
 /// the simulator). Preemption's default cap, so that no unit is sent back
 /// more than twice unless a min needs it.
 pub(crate) const SPARED_AFTER: u32 = koord_queue_model::Preemption::DEFAULT_MAX_PER_UNIT;
+
+/// A bounded unit of higher priority is spared by reclaim for a guaranteed
+/// unit only while its bound ends within this (ms): the longest a min waits
+/// for it. A longer bound (an hours-long training run's deadline) would make
+/// the guarantee a promise for later; such a unit is taken as before.
+pub(crate) const SPARE_BOUNDED_WITHIN_MS: i64 = 120_000;
 
 impl ReclaimState {
     /// The stamp of a release happening now.

@@ -266,18 +266,17 @@ fn a_released_head_with_a_run_bound_is_not_reclaimed_for_a_unit_of_lower_priorit
     assert_eq!(guaranteed_unit_after_a_released_head(false), ["ns/large"]);
 }
 
-/// `a`'s unit (4, `priority`, its run bounded or not) released at once,
+/// `a`'s unit (4, `priority`, its run bounded by `bound_ms` or not) released at once,
 /// borrowing 1 beyond `a`'s min of 3; `b` and `c` (min 4) hold 3 each; then
 /// `c`'s guaranteed unit of 1 (priority 0) finds the parent full: the
 /// victims of the cycle.
-fn guaranteed_unit_after_a_borrower(priority: i32, bounded: bool) -> Vec<String> {
+fn guaranteed_unit_after_a_borrower(priority: i32, bound_ms: Option<i64>) -> Vec<String> {
     let mut c = tree(10, 3);
     give_c_a_min(&mut c, 4);
     let borrower = unit("ns", "borrower", "a", 4).with_priority(priority);
-    let borrower = if bounded {
-        borrower.running_at_most(5_000)
-    } else {
-        borrower
+    let borrower = match bound_ms {
+        Some(ms) => borrower.running_at_most(ms),
+        None => borrower,
     };
     c.upsert_unit(&borrower).unwrap();
     let mut released = fill_b_and_c(&mut c);
@@ -287,14 +286,17 @@ fn guaranteed_unit_after_a_borrower(priority: i32, bounded: bool) -> Vec<String>
 }
 
 #[test]
-fn a_bounded_unit_of_higher_priority_is_never_reclaimed_for_a_guaranteed_one() {
-    assert!(guaranteed_unit_after_a_borrower(100, true).is_empty());
-    // Unbounded, or not senior: the min is a guarantee.
-    assert_eq!(
-        guaranteed_unit_after_a_borrower(100, false),
-        ["ns/borrower"]
-    );
-    assert_eq!(guaranteed_unit_after_a_borrower(0, true), ["ns/borrower"]);
+fn a_bounded_unit_of_higher_priority_ending_soon_is_spared_for_a_guaranteed_one() {
+    assert!(guaranteed_unit_after_a_borrower(100, Some(5_000)).is_empty());
+    // Unbounded, bounded beyond what a min waits for, or not senior: the
+    // min is a guarantee.
+    for (priority, bound) in [(100, None), (100, Some(3_600_000)), (0, Some(5_000))] {
+        assert_eq!(
+            guaranteed_unit_after_a_borrower(priority, bound),
+            ["ns/borrower"],
+            "priority {priority}, bound {bound:?}"
+        );
+    }
 }
 
 /// Sets `c`'s min to `cpu` (its max stays the parent's 10).
