@@ -143,20 +143,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn job(
-        created: f64,
-        releases: &[f64],
-        suspensions: &[f64],
-        finished: Option<f64>,
-    ) -> JobTimeline {
-        let mut job = JobTimeline::default();
-        job.created = Some(created);
-        job.releases = releases.to_vec();
-        job.suspensions = suspensions.to_vec();
-        job.finished = finished;
-        job
-    }
-
     /// The baseline shape cut to three jobs of classes small, medium, large.
     fn shape() -> Shape {
         let mut shape = crate::shape::named("baseline", "1k", None, None, None).unwrap();
@@ -179,12 +165,12 @@ mod tests {
         let root = [(2.0, half), (10.0, 0)];
         let jobs = [
             // small: waits 0 → 0.5 s, within the grace.
-            job(0.0, &[0.5], &[], Some(1.0)),
+            JobTimeline::seen(0.0, &[0.5], &[], Some(1.0)),
             // medium: waits 0 → 12 s: 1–2 s and 10–12 s count.
-            job(0.0, &[12.0], &[], Some(13.0)),
+            JobTimeline::seen(0.0, &[12.0], &[], Some(13.0)),
             // large: released at 3, sent back at 11, released again at 11.5:
             // 1–2 s counts; the second wait is within the grace.
-            job(0.0, &[3.0, 11.5], &[11.0], Some(14.0)),
+            JobTimeline::seen(0.0, &[3.0, 11.5], &[11.0], Some(14.0)),
         ];
         let (per_class, any) = idle_while_waiting(&shape, &jobs, &root, 20.0);
         let by_name = |n: &str| per_class.iter().find(|(c, _)| *c == n).unwrap().1.clone();
@@ -201,9 +187,9 @@ mod tests {
         let shape = shape();
         let half = i64::from(shape.root_cpu) * 500;
         let jobs = [
-            job(0.0, &[], &[], None),
-            job(0.0, &[], &[], None),
-            job(0.0, &[], &[], None),
+            JobTimeline::seen(0.0, &[], &[], None),
+            JobTimeline::seen(0.0, &[], &[], None),
+            JobTimeline::seen(0.0, &[], &[], None),
         ];
         let (_, busy) = idle_while_waiting(&shape, &jobs, &[(0.0, half)], 10.0);
         assert_eq!(busy, IdleWhileWaiting::default());

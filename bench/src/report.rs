@@ -214,20 +214,6 @@ pub fn usage_percent(shape: &Shape, integrals: &[f64], seconds: f64) -> (f64, Ve
 mod tests {
     use super::*;
 
-    fn timeline(
-        created: f64,
-        releases: &[f64],
-        suspensions: &[f64],
-        finished: Option<f64>,
-    ) -> JobTimeline {
-        let mut t = JobTimeline::default();
-        t.created = Some(created);
-        t.releases = releases.to_vec();
-        t.suspensions = suspensions.to_vec();
-        t.finished = finished;
-        t
-    }
-
     #[test]
     fn distributions() {
         let d = Distribution::of((1..=100).map(f64::from).collect());
@@ -242,8 +228,8 @@ mod tests {
     fn series_and_pending_period() -> anyhow::Result<()> {
         let shape = Shape::new("t", 30, 30, 5, crate::shape::CLASSES)?;
         let mut jobs = vec![JobTimeline::default(); 30];
-        jobs[0] = timeline(0.0, &[1.0], &[], Some(2.0));
-        jobs[1] = timeline(0.5, &[1.5, 4.0], &[3.0], Some(5.0));
+        jobs[0] = JobTimeline::seen(0.0, &[1.0], &[], Some(2.0));
+        jobs[1] = JobTimeline::seen(0.5, &[1.5, 4.0], &[3.0], Some(5.0));
         let s = series(&shape, &jobs, None, 6.0, 7);
         let at = |t: usize| (s[t].1.pending, s[t].1.running, s[t].1.finished);
         assert_eq!(at(1), (1, 1, 0));

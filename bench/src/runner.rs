@@ -114,6 +114,26 @@ pub struct JobTimeline {
     pub transitions: Vec<(f64, u64, bool)>,
 }
 
+#[cfg(test)]
+impl JobTimeline {
+    /// A job created at `created`, released, sent back and finished at
+    /// those times (the report's tests).
+    pub(crate) fn seen(
+        created: f64,
+        releases: &[f64],
+        suspensions: &[f64],
+        finished: Option<f64>,
+    ) -> Self {
+        Self {
+            created: Some(created),
+            releases: releases.to_vec(),
+            suspensions: suspensions.to_vec(),
+            finished,
+            ..Self::default()
+        }
+    }
+}
+
 struct State {
     jobs: Vec<JobTimeline>,
     running: Usage,
