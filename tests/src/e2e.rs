@@ -232,6 +232,19 @@ pub fn job_yaml_with_priority(
     )
 }
 
+/// A Job's YAML from [`job_yaml`] or its siblings, ended by its controller
+/// after `deadline` seconds at the latest (`activeDeadlineSeconds`: the run
+/// bound a reserving head's backfill and reclaim read).
+pub fn with_deadline(yaml: &str, deadline: u32) -> String {
+    let bounded = yaml.replacen(
+        "spec:\n  backoffLimit: 0\n",
+        &format!("spec:\n  backoffLimit: 0\n  activeDeadlineSeconds: {deadline}\n"),
+        1,
+    );
+    assert_ne!(bounded, yaml, "the job YAML has the expected shape");
+    bounded
+}
+
 /// [`job_yaml`] with `pod_spec` (YAML lines indented for the pod spec) added
 /// to the pod spec.
 fn job_yaml_with(name: &str, quota: &str, cpu: &str, run_for: &str, pod_spec: &str) -> String {

@@ -186,14 +186,7 @@ async fn a_reserving_pytorchjob_is_not_passed_by_a_smaller_job() {
 
 /// [`e2e::job_yaml`] whose Job ends at the latest after `deadline` seconds.
 fn bounded_job(name: &str, quota: &str, cpu: &str, run_for: &str, deadline: u32) -> String {
-    let yaml = e2e::job_yaml(name, quota, cpu, run_for);
-    let bounded = yaml.replacen(
-        "spec:\n  backoffLimit: 0\n",
-        &format!("spec:\n  backoffLimit: 0\n  activeDeadlineSeconds: {deadline}\n"),
-        1,
-    );
-    assert_ne!(bounded, yaml, "the job YAML has the expected shape");
-    bounded
+    e2e::with_deadline(&e2e::job_yaml(name, quota, cpu, run_for), deadline)
 }
 
 /// EASY backfill: behind a reserving head, a job whose deadline ends before

@@ -293,10 +293,7 @@ async fn a_waiting_job_is_told_when_it_starts_from_the_bound_ahead_and_the_runti
     wait_phase(&admin, &ns, "quick", &[Succeed], LONG)
         .await
         .unwrap();
-    let bounded = job_yaml("bounded", &quota, "1", "1h").replace(
-        "spec:\n  backoffLimit: 0",
-        "spec:\n  activeDeadlineSeconds: 600\n  backoffLimit: 0",
-    );
+    let bounded = e2e::with_deadline(&job_yaml("bounded", &quota, "1", "1h"), 600);
     kubectl_create_job(cp, &ns, &bounded).await.unwrap();
     wait_phase(&admin, &ns, "bounded", &[Running], LONG)
         .await
