@@ -72,6 +72,9 @@ pub struct Measured {
     pub start_ms: i64,
     /// Jobs measured for `start_ms`.
     pub start_jobs: usize,
+    /// The spread of `start_ms` over those jobs, its 90th percentile less
+    /// its 10th: `spread_ms`.
+    pub start_spread_ms: i64,
 }
 
 impl Measured {
@@ -84,14 +87,21 @@ impl Measured {
             free_ms: self.free_ms,
             evict_ms: self.start_ms,
             requeue_ms: 0,
+            spread_ms: self.start_spread_ms,
         }
     }
 }
 
-fn median_ms(mut v: Vec<f64>) -> (i64, usize) {
+/// The median of `v` (s) in ms, how many it was taken over, and the spread
+/// (90th less 10th percentile, ms).
+fn median_ms(mut v: Vec<f64>) -> (i64, usize, i64) {
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    (if n == 0 { 0 } else { ms(percentile(&v, 0.5)) }, n)
+    if n == 0 {
+        return (0, 0, 0);
+    }
+    let spread = ms(percentile(&v, 0.9)) - ms(percentile(&v, 0.1));
+    (ms(percentile(&v, 0.5)), n, spread)
 }
 
 /// The latencies of a run: its jobs' `timelines` (the job runtime's) and
@@ -116,9 +126,9 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
             start.push(succeeded - released - runtime - trip);
         }
     }
-    let (admit_ms, admit_jobs) = median_ms(admit);
-    let (free_ms, free_jobs) = median_ms(free);
-    let (start_ms, start_jobs) = median_ms(start);
+    let (admit_ms, admit_jobs, _) = median_ms(admit);
+    let (free_ms, free_jobs, _) = median_ms(free);
+    let (start_ms, start_jobs, start_spread_ms) = median_ms(start);
     Measured {
         admit_ms: admit_ms.max(0),
         admit_jobs,
@@ -126,6 +136,7 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
         free_jobs,
         start_ms: start_ms.max(0),
         start_jobs,
+        start_spread_ms: start_spread_ms.max(0),
     }
 }
 
@@ -269,17 +280,18 @@ pub fn write_and_compare(
     let with = simulate(&cluster, &jobs, settings(measured.latency()))?;
     let l = measured.latency();
     let command = format!(
-        "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms",
+        "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms --latency-spread {}ms",
         l.admit_ms,
         l.start_ms,
         l.free_ms,
         l.evict_ms,
+        l.spread_ms,
         dir = dir.display()
     );
     let json = json!({
         "jobs": jobs.len(),
         "latencies_measured": measured,
-        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0",
+        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile",
         "simulate_command": command,
         "with_measured_latencies": with.fidelity,
         "without_latency": zero.fidelity,

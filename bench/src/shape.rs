@@ -6,5 +6,5 @@
 pub use koord_queue_sim::shape::{
     CLASS_LABEL, CLASSES, Class, LARGE_SCALE_CLASSES, LARGE_SCALE_QUEUES, LEAF_MAX_CPU,
     LEAF_MIN_CPU, Leaf, ONE_LARGE_CPU, ONE_LARGE_RUNTIME, ONE_LARGE_SMALL_RUNTIME, Parent,
-    PlannedJob, QueueLabels, SHAPES, Shape, named, parse_scale,
+    PlannedJob, QueueLabels, SHAPES, Shape, named, parse_scale, parse_slow_down,
 };

@@ -571,6 +571,16 @@ impl Shape {
     }
 }
 
+/// A slow-down factor for [`Shape::slowed`] from the command line: at least
+/// 1 (a faster shape would ask for more arrivals a second than its
+/// sequences are made for).
+pub fn parse_slow_down(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(k) if k.is_finite() && k >= 1.0 => Ok(k),
+        _ => Err(format!("{text:?}: expected a number of at least 1")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{CLASS_LABEL, CLASSES, QueueLabels, Result, Shape, parse_scale};

@@ -264,3 +264,95 @@ spec: {{ queuePolicy: Priority {reserve} }}
         [Some(20), Some(10_040), Some(15_060)]
     );
 }
+
+/// `--latency-spread`: a start latency of 5 s and a spread of `spread_ms`
+/// drawn from `seed`; cycles 1 ms after a change, so that only ends in the
+/// same millisecond free their room together.
+fn spread_settings(spread_ms: i64, seed: u64) -> Settings {
+    Settings {
+        seed,
+        cycle_batch_ms: 1,
+        latency: engine::Latency {
+            start_ms: 5_000,
+            spread_ms,
+            ..engine::Latency::default()
+        },
+        ..Settings::default()
+    }
+}
+
+fn run_with(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Vec<engine::UnitOutcome> {
+    let mut sim = prepare(cluster, trace.iter().cloned().map(Ok), settings).unwrap();
+    sim.run(None);
+    sim.outcomes().to_vec()
+}
+
+#[test]
+fn a_spread_moves_each_admission_and_hold_within_its_bounds_and_repeats_with_its_seed() {
+    let cluster = two_quotas("4");
+    let trace: Vec<TraceJob> = (0..4)
+        .map(|i| job(&format!("j{i}"), "a", 1, 0, 10_000))
+        .collect();
+    // No spread: admitted together, released by one cycle, ended together
+    // (release + 5 s start latency + 10 s).
+    let flat = run_with(&cluster, &trace, spread_settings(0, 0));
+    for o in &flat {
+        assert_eq!((o.first_release_ms, o.end_ms), (Some(1), Some(15_001)));
+    }
+    let spread = run_with(&cluster, &trace, spread_settings(8_000, 0));
+    for o in &spread {
+        // Admitted up to 4 s after the submission (never before it), a
+        // cycle 1 ms after.
+        let released = o.first_release_ms.unwrap();
+        assert!((1..=4_001).contains(&released), "{o:?}");
+        // Started 1 to 9 s after the release, then 10 s.
+        let end = o.end_ms.unwrap();
+        assert!(
+            (released + 11_000..released + 19_000).contains(&end),
+            "{o:?}"
+        );
+    }
+    let mut ends: Vec<_> = spread.iter().map(|o| o.end_ms).collect();
+    ends.sort();
+    ends.dedup();
+    assert_eq!(ends.len(), 4, "the jobs end apart: {spread:?}");
+    assert_eq!(
+        spread,
+        run_with(&cluster, &trace, spread_settings(8_000, 0))
+    );
+    assert_ne!(
+        spread,
+        run_with(&cluster, &trace, spread_settings(8_000, 1))
+    );
+}
+
+/// Why the spread matters (docs/simulate.md "Latency and its spread"): four
+/// one-core jobs fill a 4-core quota; a two-core job of higher priority
+/// comes next, then one-core jobs behind it. Ending together, the four free
+/// room for the wide job at once; ending apart, each freed core goes to a
+/// one-core job behind the wide head (`Priority` passes a head that does
+/// not fit), and the wide job waits for the one-core jobs to run out.
+#[test]
+fn with_a_spread_single_freed_cores_go_to_narrow_jobs_behind_a_wide_head() {
+    let cluster = two_quotas("4");
+    let mut trace: Vec<TraceJob> = (0..4)
+        .map(|i| job(&format!("first{i}"), "a", 1, 0, 10_000))
+        .collect();
+    let mut wide = job("wide", "a", 2, 5_000, 10_000);
+    wide.priority = Some(10);
+    trace.push(wide);
+    trace.extend((0..8).map(|i| job(&format!("next{i}"), "a", 1, 6_000, 10_000)));
+    let wide_release = |settings| run_with(&cluster, &trace, settings)[4].first_release_ms;
+    let flat = wide_release(spread_settings(0, 0)).unwrap();
+    assert_eq!(
+        flat, 15_002,
+        "released in the cycle after the four end together"
+    );
+    for seed in 0..5 {
+        let spread = wide_release(spread_settings(8_000, seed)).unwrap();
+        assert!(
+            spread > flat + 10_000,
+            "seed {seed}: released at {spread}, behind one-core jobs that took each freed core"
+        );
+    }
+}

@@ -38,6 +38,7 @@ mod usage;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::controller::jitter_seed;
 use koord_queue_core::{CapacitySource, Core, QuotaDef, RootCapacity};
 
 use events::{Calendar, Kind};
@@ -89,6 +90,15 @@ pub struct Latency {
     pub evict_ms: i64,
     /// A backoff's end → the unit waits again (its Enqueued write).
     pub requeue_ms: i64,
+    /// The API's spread around these: each job's admission and the start
+    /// of each of its holds move by a draw in `[-spread_ms/2, spread_ms/2)`
+    /// (never before the submission or the release), from the seed and the
+    /// job; the latencies above stay the medians. Without it the jobs of a periodic trace arrive and end in
+    /// the same millisecond and free their quota together, which a cluster
+    /// never does: a unit that needs several cores finds them free at once,
+    /// where in the cluster single cores free one by one and smaller units
+    /// behind it take each (docs/simulate.md "Latency and its spread").
+    pub spread_ms: i64,
 }
 
 /// What happened to one job.
@@ -276,6 +286,22 @@ impl Simulation {
         self.start_ms
     }
 
+    /// Job `i`'s draw of the API's spread for its step `step` (0: its
+    /// admission, n: its n-th release): in `[-spread_ms/2, spread_ms/2)`, the
+    /// same for the same seed.
+    pub(super) fn spread(&self, i: u32, step: u32) -> i64 {
+        let spread = self.settings.latency.spread_ms;
+        let Some(job) = self.jobs.get(i as usize).filter(|_| spread > 0) else {
+            return 0;
+        };
+        let seed = jitter_seed(
+            self.settings.seed,
+            &format!("{}/{}", job.namespace, job.name),
+            i32::try_from(step).unwrap_or(i32::MAX),
+        );
+        i64::try_from(seed % spread.unsigned_abs()).unwrap_or(0) - spread / 2
+    }
+
     fn push_job(&mut self, job: Job) -> u32 {
         let i = u32::try_from(self.jobs.len()).unwrap_or(u32::MAX);
         self.first_submit = Some(
@@ -300,8 +326,9 @@ impl Simulation {
     /// before the start waits from the start, in its place by submission).
     /// Returns its index.
     pub fn add_job(&mut self, job: Job) -> usize {
-        let at = job.submit_ms + self.settings.latency.admit_ms;
         let i = self.push_job(job);
+        let admit = self.settings.latency.admit_ms + self.spread(i, 0);
+        let at = self.jobs[i as usize].submit_ms + admit.max(0);
         self.unreleased += 1;
         self.calendar.push_arrival(at, i);
         i as usize

@@ -194,7 +194,8 @@ impl Simulation {
             o.releases += 1;
             self.charge(i, 1);
             let l = &self.settings.latency;
-            let end = self.now + l.start_ms + self.jobs[idx].run_ms + l.free_ms;
+            let start = (l.start_ms + self.spread(i, self.outcomes[idx].releases)).max(0);
+            let end = self.now + start + self.jobs[idx].run_ms + l.free_ms;
             self.calendar
                 .push(end, Kind::Finish(i, self.generation[idx]));
         }

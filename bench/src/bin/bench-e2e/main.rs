@@ -146,7 +146,7 @@ struct Cli {
     /// machine's API server cannot take holds each released job's quota
     /// for seconds of API latency, which overturns what the shape tests
     /// (docs/performance.md, issue 44). 1: the shape as defined.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_slow_down)]
+    #[arg(long, default_value_t = 1.0, value_parser = shape::parse_slow_down)]
     slow_down: f64,
     /// Chaos: from the start of one fault to the start of the next.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
@@ -344,15 +344,6 @@ fn parse_json_object(text: &str) -> Result<serde_json::Value, String> {
         Ok(v @ serde_json::Value::Object(_)) => Ok(v),
         Ok(_) => Err("expected a JSON object such as {\"preemption\":{...}}".into()),
         Err(e) => Err(format!("not JSON: {e}")),
-    }
-}
-
-/// A slow-down factor: at least 1 (a faster shape would ask for more
-/// arrivals a second than its sequences are made for).
-fn parse_slow_down(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(k) if k.is_finite() && k >= 1.0 => Ok(k),
-        _ => Err(format!("{text:?}: expected a number of at least 1")),
     }
 }
 

@@ -39,6 +39,10 @@ pub struct ShapeArgs {
     /// (`bench-e2e --run-bound-factor`).
     #[arg(long)]
     run_bound_factor: Option<f64>,
+    /// Every class's arrival interval and runtime times this
+    /// (`bench-e2e --slow-down`).
+    #[arg(long, default_value_t = 1.0, value_parser = koord_queue_sim::shape::parse_slow_down)]
+    slow_down: f64,
     /// The trace to write.
     #[arg(long)]
     out: PathBuf,
@@ -99,8 +103,9 @@ pub fn run(import: Import) -> Result<()> {
 }
 
 fn shape(args: &ShapeArgs) -> Result<()> {
-    let shape =
-        named(&args.shape, &args.scale, None, None, None)?.with_run_bounds(args.run_bound_factor);
+    let shape = named(&args.shape, &args.scale, None, None, None)?
+        .slowed(args.slow_down)
+        .with_run_bounds(args.run_bound_factor);
     let queue_spec = match &args.queue_spec {
         Some(text) => Some(serde_json::from_str::<serde_json::Value>(text)?),
         None => None,

@@ -28,7 +28,7 @@ pub struct RunArgs {
     /// The trace: one job a line (docs/simulate.md).
     #[arg(long)]
     trace: PathBuf,
-    /// Seed of the backoff jitter.
+    /// Seed of the backoff jitter and of the latency spread.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// The JSON report.
@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// A backoff's end → the unit waits again.
     #[arg(long, default_value = "0ms", value_parser = parse_duration)]
     requeue_latency: Duration,
+    /// The API's spread around the latencies: each job's admission and the
+    /// start of each of its holds move by a draw in [-this/2, this/2) from
+    /// `--seed`, as a cluster's jobs never arrive or end in the same
+    /// millisecond (docs/simulate.md).
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    latency_spread: Duration,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -83,6 +89,7 @@ impl RunArgs {
                 free_ms: ms(self.free_latency),
                 evict_ms: ms(self.evict_latency),
                 requeue_ms: ms(self.requeue_latency),
+                spread_ms: ms(self.latency_spread),
             },
             bucket_ms: None,
         }
