@@ -203,7 +203,9 @@ pub struct PendingUnit {
     pub requests: BTreeMap<String, String>,
     /// Why it waits.
     pub reason: WaitReasonView,
-    /// Since when it waits in its current turn (created, or sent back), RFC 3339.
+    /// Since when it waits, RFC 3339: its creation. A unit sent back keeps
+    /// its place in its queue, so this time too (its backoff's end is its
+    /// reason's `until`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_since: Option<String>,
     /// When the scheduler expects to release it, RFC 3339: a forward
