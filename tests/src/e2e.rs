@@ -436,6 +436,25 @@ pub async fn describe_units(client: &kube::Client, namespace: &str) -> String {
         .join("\n")
 }
 
+/// Creates each of `jobs` (name, YAML) with `kubectl create` and waits
+/// until it runs, a little over a second apart: release times are whole
+/// seconds, so the jobs' release order — which reclaim and preemption take
+/// the most recent of first — is the order given.
+pub async fn run_in_order(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    namespace: &str,
+    jobs: &[(&str, String)],
+    timeout: Duration,
+) -> Result<()> {
+    for (name, yaml) in jobs {
+        kubectl_create_job(cp, namespace, yaml).await?;
+        wait_phase(client, namespace, name, &[QueueUnitPhase::Running], timeout).await?;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    Ok(())
+}
+
 /// Waits until job `name`'s unit is in one of `phases`.
 pub async fn wait_phase(
     client: &kube::Client,

@@ -61,20 +61,16 @@ async fn a_higher_priority_job_preempts_lower_ones_in_its_quota() {
     let leaf = preempting_queue(cp, "pre", "4").await;
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
     let monitor = UsageMonitor::start(client.clone(), ns.clone(), vec![leaf.clone()]);
-    for name in ["low-a", "low-b"] {
-        kubectl_create_job(
-            cp,
-            &ns,
-            &e2e::job_yaml_with_priority(name, &leaf, "2", "1h", LOW),
+    // Distinct release times: the most recent goes first.
+    let lows = ["low-a", "low-b"].map(|name| {
+        (
+            name,
+            e2e::job_yaml_with_priority(name, &leaf, "2", "1h", LOW),
         )
+    });
+    e2e::run_in_order(cp, &client, &ns, &lows, LONG)
         .await
         .unwrap();
-        wait_phase(&client, &ns, name, &[Running], LONG)
-            .await
-            .unwrap();
-        // Distinct release times: the most recent goes first.
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-    }
     kubectl_create_job(
         cp,
         &ns,

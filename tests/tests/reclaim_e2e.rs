@@ -101,15 +101,8 @@ async fn the_worked_example_reclaims_borrowed_quota() {
     );
 
     // 1. A: three 3-CPU jobs, released in order a1, a2, a3 (9 CPU; A borrows 5).
-    for name in ["a1", "a2", "a3"] {
-        kubectl_create_job(cp, &ns, &job_yaml(name, "wex-a", "3", "40s"))
-            .await
-            .unwrap();
-        wait_phase(&client, &ns, name, &[Running], LONG)
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-    }
+    let a = ["a1", "a2", "a3"].map(|name| (name, job_yaml(name, "wex-a", "3", "40s")));
+    e2e::run_in_order(cp, &client, &ns, &a, LONG).await.unwrap();
     // 2. B: 4 CPU, guaranteed: A's most recently released job (a3) is reclaimed.
     kubectl_create_job(cp, &ns, &job_yaml("b1", "wex-b", "4", "20s"))
         .await

@@ -243,21 +243,28 @@ async fn reclaim_spares_a_senior_job_whose_run_ends_soon() {
     let ns = fixtures::create_namespace(&client, true).await.unwrap();
     // a runs 6 CPU, 2 above its min: first an unbounded job, then one that
     // its controller ends within 60 s (+ the pod's grace: within 2 minutes).
-    let a_jobs = [
-        e2e::job_yaml_with_priority("unbounded", &a, "3", "60s", HIGH),
-        e2e::with_deadline(
-            &e2e::job_yaml_with_priority("bounded", &a, "3", "40s", HIGH),
-            60,
-        ),
-    ];
-    for (name, yaml) in ["unbounded", "bounded"].iter().zip(&a_jobs) {
-        kubectl_create_job(cp, &ns, yaml).await.unwrap();
-        wait_phase(&client, &ns, name, &[Running], LONG)
-            .await
-            .unwrap();
-        // Distinct release seconds: `bounded` is the most recently released.
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-    }
+    // Released in this order: `bounded` is the most recently released.
+    e2e::run_in_order(
+        cp,
+        &client,
+        &ns,
+        &[
+            (
+                "unbounded",
+                e2e::job_yaml_with_priority("unbounded", &a, "3", "60s", HIGH),
+            ),
+            (
+                "bounded",
+                e2e::with_deadline(
+                    &e2e::job_yaml_with_priority("bounded", &a, "3", "40s", HIGH),
+                    60,
+                ),
+            ),
+        ],
+        LONG,
+    )
+    .await
+    .unwrap();
     // b's job lies within b's min but only 4 CPU are free: 2 are reclaimed.
     kubectl_create_job(
         cp,
