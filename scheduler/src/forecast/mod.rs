@@ -93,11 +93,12 @@ pub struct Latency {
     /// The API's spread around these: each job's admission and the start
     /// of each of its holds move by a draw in `[-spread_ms/2, spread_ms/2)`
     /// (never before the submission or the release), from the seed and the
-    /// job; the latencies above stay the medians. Without it the jobs of a periodic trace arrive and end in
-    /// the same millisecond and free their quota together, which a cluster
-    /// never does: a unit that needs several cores finds them free at once,
-    /// where in the cluster single cores free one by one and smaller units
-    /// behind it take each (docs/simulate.md "Latency and its spread").
+    /// job; the latencies above stay the medians. Without it the jobs of a
+    /// periodic trace arrive and end in the same millisecond and free their
+    /// quota together, which a cluster never does: a unit that needs
+    /// several cores finds them free at once, where in the cluster single
+    /// cores free one by one and smaller units behind it take each
+    /// (docs/simulate.md "Latency and its spread").
     pub spread_ms: i64,
 }
 
