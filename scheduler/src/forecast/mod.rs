@@ -289,17 +289,15 @@ impl Simulation {
 
     /// Job `i`'s draw of the API's spread for its step `step` (0: its
     /// admission, n: its n-th release): in `[-spread_ms/2, spread_ms/2)`, the
-    /// same for the same seed.
-    pub(super) fn spread(&self, i: u32, step: u32) -> i64 {
+    /// same for the same seed. Drawn as the backoff's jitter is, at negative
+    /// counts (the backoff's run from 1), so the two are not the same draw.
+    fn spread(&self, i: u32, step: u32) -> i64 {
         let spread = self.settings.latency.spread_ms;
         let Some(job) = self.jobs.get(i as usize).filter(|_| spread > 0) else {
             return 0;
         };
-        let seed = jitter_seed(
-            self.settings.seed,
-            &format!("{}/{}", job.namespace, job.name),
-            i32::try_from(step).unwrap_or(i32::MAX),
-        );
+        let count = i32::try_from(step).map_or(i32::MIN, |s| -1 - s);
+        let seed = jitter_seed(self.settings.seed, &job.key(), count);
         i64::try_from(seed % spread.unsigned_abs()).unwrap_or(0) - spread / 2
     }
 
