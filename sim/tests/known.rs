@@ -50,10 +50,18 @@ fn job(name: &str, quota: &str, cpu: i64, submit_ms: i64, runtime_ms: i64) -> Tr
     }
 }
 
-fn releases(cluster: &Cluster, trace: &[TraceJob]) -> Vec<Option<i64>> {
-    let mut sim = prepare(cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
+/// Each job's outcome, the trace run to its end with `settings`.
+fn run_with(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Vec<engine::UnitOutcome> {
+    let mut sim = prepare(cluster, trace.iter().cloned().map(Ok), settings).unwrap();
     sim.run(None);
-    sim.outcomes().iter().map(|o| o.first_release_ms).collect()
+    sim.outcomes().to_vec()
+}
+
+fn releases(cluster: &Cluster, trace: &[TraceJob]) -> Vec<Option<i64>> {
+    run_with(cluster, trace, Settings::default())
+        .iter()
+        .map(|o| o.first_release_ms)
+        .collect()
 }
 
 #[test]
@@ -97,9 +105,8 @@ fn a_guaranteed_job_reclaims_what_another_quota_borrows() {
         job("big", "a", 4, 0, 60_000),
         job("mine", "b", 2, 1_000, 5_000),
     ];
-    let mut sim = prepare(&cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
-    sim.run(None);
-    let (big, mine) = (&sim.outcomes()[0], &sim.outcomes()[1]);
+    let outcomes = run_with(&cluster, &trace, Settings::default());
+    let (big, mine) = (&outcomes[0], &outcomes[1]);
     assert_eq!(big.reclaimed, 1);
     // b's cycle at 1,020 ms reclaims; the freed quota is released to b's
     // job in the next cycle.
@@ -213,9 +220,8 @@ spec: { queuePolicy: Priority, preemption: { withinQuota: LowerPriority, minRunS
     let mut urgent = job("urgent", "a", 2, 1_000, 1_000);
     urgent.priority = Some(10);
     let trace = [job("low", "a", 2, 0, 60_000), urgent];
-    let mut sim = prepare(&cluster, trace.iter().cloned().map(Ok), Settings::default()).unwrap();
-    sim.run(None);
-    let (low, urgent) = (&sim.outcomes()[0], &sim.outcomes()[1]);
+    let outcomes = run_with(&cluster, &trace, Settings::default());
+    let (low, urgent) = (&outcomes[0], &outcomes[1]);
     assert_eq!(low.preempted, 1);
     // `low` was released at 20 ms and may be preempted from 5,020 ms: the
     // housekeeping tick at 5,500 ms starts a cycle 20 ms later, which
@@ -279,12 +285,6 @@ fn spread_settings(spread_ms: i64, seed: u64) -> Settings {
         },
         ..Settings::default()
     }
-}
-
-fn run_with(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Vec<engine::UnitOutcome> {
-    let mut sim = prepare(cluster, trace.iter().cloned().map(Ok), settings).unwrap();
-    sim.run(None);
-    sim.outcomes().to_vec()
 }
 
 #[test]

@@ -276,28 +276,16 @@ async fn reclaim_spares_a_senior_job_whose_run_ends_soon() {
     wait_phase(&client, &ns, "guaranteed", &[Running, Succeed], LONG)
         .await
         .unwrap();
-    let unit = |name: &'static str| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            e2e::unit_of_job(&client, &ns, name)
-                .await
-                .unwrap()
-                .unwrap()
-                .status
-                .unwrap()
-        }
-    };
     // Sent back once (its unit's requeue count: a condition or message could
     // already be the next release's by the time it is read).
-    let taken = unit("unbounded").await;
+    let taken = e2e::status_of(&client, &ns, "unbounded").await.unwrap();
     assert_eq!(
         taken.requeue_state.map_or(0, |r| r.count),
         1,
         "the unbounded job was reclaimed: {:?}",
         taken.message
     );
-    let spared = unit("bounded").await;
+    let spared = e2e::status_of(&client, &ns, "bounded").await.unwrap();
     assert_eq!(spared.phase, Some(Running), "{:?}", spared.message);
     assert_eq!(spared.requeue_state.map_or(0, |r| r.count), 0);
 }
