@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use koord_queue_visibility::types::PendingUnitList;
 use serde::Serialize;
 
 use crate::report::{Distribution, percentile};
@@ -146,19 +147,17 @@ async fn read_once(
     wall_t0_ms: f64,
 ) -> Result<(usize, Vec<(usize, Option<f64>)>)> {
     let mut units = Vec::new();
-    let requests = list_pages(client, PATH, Some(page_limit), |items| {
-        for item in items {
-            let ns = item["metadata"]["namespace"].as_str().unwrap_or_default();
+    let requests = list_pages(client, PATH, Some(page_limit), |page: &PendingUnitList| {
+        for item in &page.items {
+            let ns = item.metadata.namespace.as_deref().unwrap_or_default();
             // The job's name (the unit's may differ), else the unit's.
-            let name = item["job"]["name"]
-                .as_str()
-                .or_else(|| item["metadata"]["name"].as_str())
-                .unwrap_or_default();
+            let name = item.job.as_ref().map_or(&item.metadata.name, |j| &j.name);
             let Some(job) = shape.job_index(ns, name) else {
                 continue;
             };
-            let estimate = item["estimatedStart"]
-                .as_str()
+            let estimate = item
+                .estimated_start
+                .as_deref()
                 .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
                 .map(|t| (t.as_millisecond() as f64 - wall_t0_ms) / 1000.0);
             units.push((job, estimate));

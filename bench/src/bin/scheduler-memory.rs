@@ -41,10 +41,12 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use koord_queue_bench::dashboard_load;
 use koord_queue_bench::failover::{self, Launcher};
+use koord_queue_bench::visibility_listing::measure;
 use koord_queue_tests::process::{Process, free_port};
 use koord_queue_tests::{
     ControlPlane, Tier, admin, fixtures, load, metrics, proc_stats, visibility,
 };
+use koord_queue_visibility::types::PendingUnitList;
 
 /// The leader-election timing of the failover measurement.
 const FAILOVER_LEASE: [&str; 3] = [
@@ -296,15 +298,16 @@ async fn run(cli: Cli) -> Result<()> {
         visibility::namespace_path("ns-0"),
     ] {
         for page_limit in [None, Some(500)] {
-            let listing = koord_queue_bench::visibility_listing::measure(
-                &admin_client,
-                &path,
-                page_limit,
-                cli.listings,
-            )
-            .await?;
-            println!("  {}", listing.line());
-            listings.push(listing);
+            // As `kubectl get -o json` parses, and as `kubectl koord-queue
+            // pending` (a typed client) does.
+            for listing in [
+                measure::<serde_json::Value>(&admin_client, &path, page_limit, cli.listings)
+                    .await?,
+                measure::<PendingUnitList>(&admin_client, &path, page_limit, cli.listings).await?,
+            ] {
+                println!("  {}", listing.line());
+                listings.push(listing);
+            }
         }
     }
     // The reference: the API server listing the same namespace's
@@ -314,13 +317,9 @@ async fn run(cli: Cli) -> Result<()> {
     let reference_path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns-0/queueunits";
     let mut references = Vec::new();
     for page_limit in [None, Some(500)] {
-        let listing = koord_queue_bench::visibility_listing::measure(
-            &admin_client,
-            reference_path,
-            page_limit,
-            cli.listings,
-        )
-        .await?;
+        let listing =
+            measure::<serde_json::Value>(&admin_client, reference_path, page_limit, cli.listings)
+                .await?;
         println!("  {} (reference)", listing.line());
         references.push(listing);
     }
