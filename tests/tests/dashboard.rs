@@ -266,6 +266,31 @@ async fn an_administrator_sees_the_apis_figures_on_every_page_and_a_release_live
     // The other suites of this binary make quotas with one waiting unit at most.
     assert_eq!(busiest.first(), Some(&quota), "{busiest:?}");
     b.screenshot(&screenshot_path("overview")).await.unwrap();
+    // The tree's top items line up, a parent's name with its marker in
+    // front of it: a marker drawn outside its summary fell off the tree's
+    // left edge and left the parent's name a marker's width to the left.
+    let lefts = b
+        .eval(
+            "const tree = document.querySelector('#quota-tree').getBoundingClientRect().left;
+             const at = s => [...document.querySelectorAll(s)]
+               .map(e => Math.round(e.getBoundingClientRect().left - tree));
+             return [at('#quota-tree > details > summary .qname'),
+                     at('#quota-tree > .leaf .qname')];",
+        )
+        .await
+        .unwrap();
+    let (parents, leaves): (Vec<i64>, Vec<i64>) = serde_json::from_value(lefts).unwrap();
+    assert!(
+        !parents.is_empty() && !leaves.is_empty(),
+        "top parents {parents:?}, top leaves {leaves:?}"
+    );
+    assert!(
+        parents
+            .iter()
+            .chain(&leaves)
+            .all(|&l| l == leaves[0] && l > 0),
+        "the top names' offsets from the tree's left edge: parents {parents:?}, leaves {leaves:?}"
+    );
     // Searching the tree leaves the matching quota and its ancestors.
     b.client()
         .find(fantoccini::Locator::Css("#quota-search"))
