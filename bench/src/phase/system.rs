@@ -34,9 +34,11 @@ const SCHEDULER_METRICS: [&str; 6] = [
     "koord_queue_scheduler_estimate_duration_seconds_sum",
 ];
 /// The scheduler's counters a phase reports by label: (metric, label).
-const SCHEDULER_LABELLED: [(&str, &str); 2] = [
+const SCHEDULER_LABELLED: [(&str, &str); 3] = [
     ("koord_queue_scheduler_api_write_errors_total", "operation"),
     ("koord_queue_scheduler_admission_attempts_total", "result"),
+    // What the waiting units' status writes were for.
+    ("koord_queue_scheduler_unit_status_publishes_total", "cause"),
 ];
 /// The webhook's figures a phase reports.
 const WEBHOOK_METRICS: [&str; 2] = [

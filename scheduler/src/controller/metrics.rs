@@ -45,6 +45,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Labels of a waiting unit's status write: what made it due.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    /// wait_type, estimate, position.
+    pub cause: &'static str,
+}
+
 /// Labels naming a watch source (`queueunits`, a job kind, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
@@ -94,6 +101,8 @@ pub struct Metrics {
     pub watch_failing: Family<SourceLabels, Gauge>,
     /// Units sent back to free quota, by reason (`Reclaimed`, `Preempted`).
     pub reclaims: Family<ReasonLabels, Counter>,
+    /// Status writes of waiting units after their Enqueued write, by cause.
+    pub status_publishes: Family<CauseLabels, Counter>,
     /// Duration of a start-time estimate (its snapshot and simulation).
     pub estimate_duration: Histogram,
     /// Duration of an estimate's snapshot, on the controller's task.
@@ -125,6 +134,7 @@ impl Metrics {
             relist_dropped: Family::default(),
             watch_failing: Family::default(),
             reclaims: Family::default(),
+            status_publishes: Family::default(),
             estimate_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             estimate_snapshot_duration: Histogram::new(exponential_buckets(0.00001, 2.0, 20)),
             estimated_units: Gauge::default(),
@@ -189,6 +199,11 @@ impl Metrics {
             "preemptions",
             "Units sent back to free quota for another, by reason (Reclaimed: borrowed beyond min; Preempted: lower priority in the same quota)",
             m.reclaims.clone(),
+        );
+        r.register(
+            "unit_status_publishes",
+            "Status writes of waiting units after their Enqueued write, by cause (wait_type: the wait type changed; estimate: the estimated start moved by a large step; position: a position an older version wrote is cleared)",
+            m.status_publishes.clone(),
         );
         r.register(
             "watch_failing",

@@ -10,7 +10,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 
 use super::{Controller, UnitState, job_ref};
 use crate::controller::estimate::status_step;
-use crate::controller::metrics::{QueueLabels, QuotaLabels};
+use crate::controller::metrics::{CauseLabels, QueueLabels, QuotaLabels};
 use crate::controller::records::Key;
 use crate::controller::writes::Write;
 use crate::core::Core;
@@ -134,10 +134,23 @@ impl Controller {
             &|key| self.estimates.start_of(key),
             self.now.wall_ms,
         );
-        for (k, reason, message, estimated_start) in scan.writes {
+        for Publish {
+            unit: k,
+            wait_type: reason,
+            message,
+            estimated_start,
+            cause,
+        } in scan.writes
+        {
             let Some(st) = self.units.get_mut(&k) else {
                 continue;
             };
+            self.metrics
+                .status_publishes
+                .get_or_create(&CauseLabels {
+                    cause: cause.as_str(),
+                })
+                .inc();
             st.publishing = true;
             st.last_published = Some(now);
             let event_due = st
@@ -233,10 +246,42 @@ pub(super) struct VisibilityGate {
 /// What a visibility pass over the waiting units found.
 #[derive(Debug, Default)]
 pub(super) struct ReasonScan {
-    /// `(unit, wait type, sentence, estimated start)` to write.
-    pub(super) writes: Vec<(Key, &'static str, String, Option<i64>)>,
+    /// The statuses to write.
+    pub(super) writes: Vec<Publish>,
     /// Every waiting unit was compared and none was deferred.
     pub(super) complete: bool,
+}
+
+/// One waiting unit's status to write: its wait type, the sentence and its
+/// estimated start, and what made it due.
+#[derive(Debug)]
+pub(super) struct Publish {
+    pub(super) unit: Key,
+    pub(super) wait_type: &'static str,
+    pub(super) message: String,
+    pub(super) estimated_start: Option<i64>,
+    pub(super) cause: PublishCause,
+}
+
+/// What made a waiting unit's status due (the label of
+/// `unit_status_publishes_total`), so a run's status writes can be told
+/// apart: a wait type that changes, an estimate that steps, or a position
+/// an older version wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PublishCause {
+    WaitType,
+    Estimate,
+    Position,
+}
+
+impl PublishCause {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::WaitType => "wait_type",
+            Self::Estimate => "estimate",
+            Self::Position => "position",
+        }
+    }
 }
 
 /// The waiting units whose published wait type is out of date (or that
@@ -272,12 +317,15 @@ pub(super) fn scan_reasons(
             }
             let kind = wait_type(reason).as_str();
             let estimated_start = estimate(w.key);
-            if st.rec.wait_reason.as_deref() == Some(kind)
-                && st.rec.position.is_none()
-                && !status_step(st.rec.estimated_start_ms, estimated_start, wall_ms)
-            {
+            let cause = if st.rec.wait_reason.as_deref() != Some(kind) {
+                PublishCause::WaitType
+            } else if st.rec.position.is_some() {
+                PublishCause::Position
+            } else if status_step(st.rec.estimated_start_ms, estimated_start, wall_ms) {
+                PublishCause::Estimate
+            } else {
                 continue;
-            }
+            };
             if scan.writes.len() >= budget {
                 scan.complete = false;
                 return scan;
@@ -289,8 +337,13 @@ pub(super) fn scan_reasons(
                 scan.complete = false;
                 continue;
             }
-            scan.writes
-                .push((st.rec.key(), kind, reason.to_string(), estimated_start));
+            scan.writes.push(Publish {
+                unit: st.rec.key(),
+                wait_type: kind,
+                message: reason.to_string(),
+                estimated_start,
+                cause,
+            });
         }
     }
     scan

@@ -9,7 +9,9 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use super::found_reserved;
 use crate::controller::records::{Key, key};
 use crate::controller::state::UnitState;
-use crate::controller::state::visibility::{ReasonScan, VisibilityGate, scan_reasons};
+use crate::controller::state::visibility::{
+    Publish, PublishCause, ReasonScan, VisibilityGate, scan_reasons,
+};
 use crate::core::{Core, QueueDef, QuotaDef, UnitDef};
 
 /// A core with one queue `q` (quota `q`, 4 cpu of capacity) and ten
@@ -60,13 +62,20 @@ const T0: i64 = 1_700_000_000_000;
 const MIN: i64 = 60_000;
 
 /// The writes land (as their watch events would record).
-fn land(units: &mut HashMap<Key, Box<UnitState>>, writes: Vec<(Key, &str, String, Option<i64>)>) {
-    for (k, reason, message, estimate) in writes {
-        let st = units.get_mut(&k).expect("a waiting unit");
-        st.rec.wait_reason = Some(reason.into());
-        st.rec.message = Some(message);
-        st.rec.estimated_start_ms = estimate;
+fn land(units: &mut HashMap<Key, Box<UnitState>>, writes: Vec<Publish>) {
+    for w in writes {
+        let st = units.get_mut(&w.unit).expect("a waiting unit");
+        st.rec.wait_reason = Some(w.wait_type.into());
+        st.rec.message = Some(w.message);
+        st.rec.estimated_start_ms = w.estimated_start;
     }
+}
+
+/// The causes of `writes`, each once.
+fn causes(writes: &[Publish]) -> Vec<PublishCause> {
+    let mut causes: Vec<PublishCause> = writes.iter().map(|w| w.cause).collect();
+    causes.dedup();
+    causes
 }
 
 #[test]
@@ -103,10 +112,11 @@ fn an_estimate_is_written_to_the_status_on_a_large_step_only() {
         _ => None,
     };
     let written = scan_reasons(&core, &units, t, interval, 200, &stepped, T0);
+    assert_eq!(causes(&written.writes), [PublishCause::Estimate]);
     let mut keys: Vec<(&str, Option<i64>)> = written
         .writes
         .iter()
-        .map(|(k, _, _, e)| (&**k, *e))
+        .map(|w| (&*w.unit, w.estimated_start))
         .collect();
     keys.sort_unstable();
     assert_eq!(
@@ -126,7 +136,14 @@ fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_mov
     let first = scan(&core, &units, now, interval, 200);
     assert!(first.complete);
     assert_eq!(first.writes.len(), 8);
-    let (k, reason, message, estimate) = &first.writes[0];
+    assert_eq!(causes(&first.writes), [PublishCause::WaitType]);
+    let Publish {
+        unit: k,
+        wait_type: reason,
+        message,
+        estimated_start: estimate,
+        ..
+    } = &first.writes[0];
     assert_eq!(*estimate, None);
     assert_eq!(&**k, "ns/u2");
     assert_eq!(*reason, "QuotaExceeded");
@@ -156,6 +173,7 @@ fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_mov
     stale.rec.position = Some(7);
     let cleared = scan(&core, &units, now + interval * 3, interval, 200);
     assert_eq!(cleared.writes.len(), 1);
+    assert_eq!(causes(&cleared.writes), [PublishCause::Position]);
 
     // Nothing changed since a complete pass: the next pass does not
     // run at all, so it renders and writes nothing.
