@@ -15,9 +15,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
-
 use koord_queue_visibility::types::PendingUnitList;
+use serde::Serialize;
 
 use crate::report::Distribution;
 

@@ -71,7 +71,7 @@ fn land(units: &mut HashMap<Key, Box<UnitState>>, writes: Vec<Publish>) {
     }
 }
 
-/// The causes of `writes`, each once.
+/// The causes of `writes` in order, a run of one cause once.
 fn causes(writes: &[Publish]) -> Vec<PublishCause> {
     let mut causes: Vec<PublishCause> = writes.iter().map(|w| w.cause).collect();
     causes.dedup();
