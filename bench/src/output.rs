@@ -80,29 +80,38 @@ pub fn violations(result: &PhaseResult) -> (usize, usize) {
 /// Capacity idle while work waited (`idle.rs`), per class and for any:
 /// by the CPU running jobs take (what the cluster does) and by the CPU
 /// QueueUnits hold (what the scheduler gave out: quota held by a job in
-/// transit counts as used); absent without the runtime's account.
+/// transit counts as used); each as the measure (the root under
+/// half) and the part of it in which the job's own quotas had its room;
+/// absent without the runtime's account.
 fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
-    let by = |usage: &crate::quota::Usage| {
-        let (per_class, any) =
-            idle::idle_while_waiting(shape, &r.timelines, &usage.root_timeline, r.wall_seconds);
-        let figures = |i: &idle::IdleWhileWaiting| {
-            let spans: Vec<[f64; 2]> = i
-                .first_spans
-                .iter()
-                .map(|(a, b)| [round(*a, 1), round(*b, 1)])
-                .collect();
-            json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds, "first_spans": spans })
-        };
-        let mut out = json!({ "any_class": figures(&any) });
-        for (class, i) in &per_class {
+    let figures = |i: &idle::IdleWhileWaiting| {
+        let spans: Vec<[f64; 2]> = i
+            .first_spans
+            .iter()
+            .map(|(a, b)| [round(*a, 1), round(*b, 1)])
+            .collect();
+        json!({ "seconds": round(i.seconds, 1), "whole_seconds": i.whole_seconds, "first_spans": spans })
+    };
+    let by_class = |by: &idle::IdleByClass| {
+        let mut out = json!({ "any_class": figures(&by.any) });
+        for (class, i) in &by.per_class {
             out[*class] = figures(i);
         }
         out
     };
+    let report = |usage: &crate::quota::Usage| {
+        idle::idle_while_waiting(shape, &r.timelines, usage, r.wall_seconds)
+    };
+    let running = report(r.running_usage.as_ref()?);
+    let held = r.unit_usage.as_ref().map(report);
     Some(json!({
         "grace_s": idle::GRACE_S,
-        "by_running_jobs": by(r.running_usage.as_ref()?),
-        "by_held_quota": r.unit_usage.as_ref().map(by),
+        "by_running_jobs": by_class(&running.root_under_half),
+        "by_held_quota": held.as_ref().map(|h| by_class(&h.root_under_half)),
+        "with_room_in_its_quotas": {
+            "by_running_jobs": by_class(&running.with_room_in_its_quotas),
+            "by_held_quota": held.as_ref().map(|h| by_class(&h.with_room_in_its_quotas)),
+        },
     }))
 }
 
@@ -603,15 +612,18 @@ pub fn text(shape: &Shape, json: &Value, results: &[PhaseResult]) -> String {
                 if i.is_null() {
                     continue;
                 }
+                let room = &idle["with_room_in_its_quotas"][by];
                 let _ = writeln!(
                     out,
-                    "  root {what} under half its capacity while a job waited over {} s: {} s in {} whole seconds (small {}, medium {}, large {} whole seconds)",
+                    "  root {what} under half its capacity while a job waited over {} s: {} s in {} whole seconds (small {}, medium {}, large {} whole seconds); with room in the job's own quotas {} s in {} whole seconds",
                     idle["grace_s"],
                     f(&i["any_class"]["seconds"]),
                     i["any_class"]["whole_seconds"],
                     i["small"]["whole_seconds"],
                     i["medium"]["whole_seconds"],
-                    i["large"]["whole_seconds"]
+                    i["large"]["whole_seconds"],
+                    f(&room["any_class"]["seconds"]),
+                    room["any_class"]["whole_seconds"],
                 );
             }
             let pp = &p["pending_period"];

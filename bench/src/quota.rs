@@ -72,6 +72,11 @@ pub struct Usage {
     pub root_peak: i64,
     /// Root usage after every change: (seconds, millicores).
     pub root_timeline: Vec<(f64, i64)>,
+    /// Each leaf's usage after each of its changes: whether a waiting job's
+    /// own quotas had room (`idle.rs`).
+    pub leaf_timelines: Vec<Vec<(f64, i64)>>,
+    /// Each parent's usage after each change under it.
+    pub parent_timelines: Vec<Vec<(f64, i64)>>,
     /// Violations seen (the first 50 in detail).
     pub violations: Vec<Violation>,
     /// Number of violations.
@@ -95,6 +100,8 @@ impl Usage {
             leaf_peak: vec![0; leaves],
             root_peak: 0,
             root_timeline: Vec::new(),
+            leaf_timelines: vec![Vec::new(); leaves],
+            parent_timelines: vec![Vec::new(); shape.parents.len()],
             violations: Vec::new(),
             violation_count: 0,
         }
@@ -117,6 +124,10 @@ impl Usage {
         self.leaf_peak[l] = self.leaf_peak[l].max(self.leaf[l]);
         self.root_peak = self.root_peak.max(self.root);
         self.root_timeline.push((t, self.root));
+        self.leaf_timelines[l].push((t, self.leaf[l]));
+        if let Some(timeline) = self.parent_timelines.get_mut(p) {
+            timeline.push((t, self.parent[p]));
+        }
         if delta < 0 {
             return new;
         }
