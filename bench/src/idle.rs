@@ -14,7 +14,10 @@
 //! while its parent is at its max is what the administrator configured —
 //! at a run's end the last backlog may sit under one parent while the
 //! others are done, and no scheduler may give it their room — so only the
-//! second is capacity a scheduler left idle.
+//! second is capacity a scheduler left idle. The room is judged by what
+//! QueueUnits hold where that account exists, whichever use measures the
+//! root: quota held by a job released and not yet running is room the
+//! scheduler gave out, not room it kept back.
 
 use std::collections::HashMap;
 
@@ -63,13 +66,15 @@ pub const SPANS_KEPT: usize = 10;
 /// Half-open intervals `[start, end)`, seconds.
 type Spans = Vec<(f64, f64)>;
 
-/// The idle capacity while jobs waited, by `usage` (the CPU in use after
-/// every change, millicores, at the root and in each quota), up to `end`,
-/// the run's end.
+/// The idle capacity while jobs waited, up to `end`, the run's end: the
+/// root's use by `usage`, the room in a job's quotas by `room` (each the
+/// CPU in use after every change, millicores, at the root and in each
+/// quota).
 pub fn idle_while_waiting(
     shape: &Shape,
     jobs: &[JobTimeline],
     usage: &Usage,
+    room: &Usage,
     end: f64,
 ) -> IdleReport {
     let half = i64::from(shape.root_cpu) * 1000 / 2;
@@ -77,7 +82,7 @@ pub fn idle_while_waiting(
     let limits = Limits::of(shape);
     // Where a request of `cpu` fits in leaf `l` and its parent: one
     // computation per (leaf, size), not per job.
-    let mut room: HashMap<(usize, u32), Spans> = HashMap::new();
+    let mut fits_in: HashMap<(usize, u32), Spans> = HashMap::new();
     // Per class: every wait, and the part of each with room for the job.
     let mut waits: Vec<(Spans, Spans)> = vec![Default::default(); shape.classes.len()];
     for (job, plan) in jobs.iter().zip(&shape.jobs) {
@@ -85,9 +90,9 @@ pub fn idle_while_waiting(
         if own.is_empty() {
             continue;
         }
-        let fits = room
+        let fits = fits_in
             .entry((plan.leaf, plan.cpu))
-            .or_insert_with(|| room_in_quotas(shape, usage, &limits, plan.leaf, plan.cpu, end));
+            .or_insert_with(|| room_in_quotas(shape, room, &limits, plan.leaf, plan.cpu, end));
         let Some((all, with_room)) = waits.get_mut(plan.class) else {
             continue;
         };
@@ -268,7 +273,7 @@ mod tests {
             // 1–2 s counts; the second wait is within the grace.
             JobTimeline::seen(0.0, &[3.0, 11.5], &[11.0], Some(14.0)),
         ];
-        let report = idle_while_waiting(&shape, &jobs, &usage, 20.0);
+        let report = idle_while_waiting(&shape, &jobs, &usage, &usage, 20.0);
         let by = &report.root_under_half;
         assert_eq!(class(by, "small"), IdleWhileWaiting::default());
         assert_eq!(class(by, "medium").first_spans, [(1.0, 2.0), (10.0, 12.0)]);
@@ -290,11 +295,11 @@ mod tests {
         ];
         let mut busy = Usage::new(&shape, None);
         busy.change(elsewhere(&shape), 60_000, 0.0, "x");
-        let report = idle_while_waiting(&shape, &jobs, &busy, 10.0);
+        let report = idle_while_waiting(&shape, &jobs, &busy, &busy, 10.0);
         assert_eq!(report.root_under_half.any, IdleWhileWaiting::default());
         let mut idle = Usage::new(&shape, None);
         idle.change(elsewhere(&shape), 59_999, 0.0, "x");
-        let report = idle_while_waiting(&shape, &jobs, &idle, 10.0);
+        let report = idle_while_waiting(&shape, &jobs, &idle, &idle, 10.0);
         assert_eq!(figures(&report.root_under_half.any), (9.0, 9));
         assert_eq!(report.root_under_half.any.first_spans, [(1.0, 10.0)]);
     }
@@ -320,7 +325,7 @@ mod tests {
             JobTimeline::seen(0.0, &[6.0], &[], Some(7.0)),
             JobTimeline::seen(0.0, &[12.0], &[], Some(13.0)),
         ];
-        let report = idle_while_waiting(&shape, &jobs, &usage, 20.0);
+        let report = idle_while_waiting(&shape, &jobs, &usage, &usage, 20.0);
         assert_eq!(figures(&report.root_under_half.any), (11.0, 11));
         let room = &report.with_room_in_its_quotas;
         assert_eq!(class(room, "small").first_spans, [(1.0, 6.0)]);
@@ -328,6 +333,20 @@ mod tests {
         assert_eq!(class(room, "large").first_spans, [(10.0, 12.0)]);
         assert_eq!(room.any.first_spans, [(1.0, 6.0), (10.0, 12.0)]);
         assert_eq!(figures(&room.any), (7.0, 7));
+        // The room is judged by the account given for it: the sibling's
+        // quota held by jobs not running yet still leaves no room …
+        let nothing_runs = Usage::new(&shape, None);
+        let by_running = idle_while_waiting(&shape, &jobs, &nothing_runs, &usage, 20.0);
+        assert_eq!(
+            by_running.with_room_in_its_quotas,
+            report.with_room_in_its_quotas
+        );
+        // … and by an empty account every wait had room.
+        let as_if_empty = idle_while_waiting(&shape, &jobs, &usage, &nothing_runs, 20.0);
+        assert_eq!(
+            as_if_empty.with_room_in_its_quotas,
+            as_if_empty.root_under_half
+        );
     }
 
     #[test]

@@ -81,8 +81,8 @@ pub fn violations(result: &PhaseResult) -> (usize, usize) {
 /// by the CPU running jobs take (what the cluster does) and by the CPU
 /// QueueUnits hold (what the scheduler gave out: quota held by a job in
 /// transit counts as used); each as the measure (the root under
-/// half) and the part of it in which the job's own quotas had its room;
-/// absent without the runtime's account.
+/// half) and the part of it in which the job's own quotas had its room
+/// by what QueueUnits hold; absent without the runtime's account.
 fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
     let figures = |i: &idle::IdleWhileWaiting| {
         let spans: Vec<[f64; 2]> = i
@@ -99,10 +99,13 @@ fn idle_json(shape: &Shape, r: &PhaseResult) -> Option<Value> {
         }
         out
     };
+    let running_usage = r.running_usage.as_ref()?;
+    // The room in a job's quotas is what QueueUnits left free (`idle.rs`).
+    let room = r.unit_usage.as_ref().unwrap_or(running_usage);
     let report = |usage: &crate::quota::Usage| {
-        idle::idle_while_waiting(shape, &r.timelines, usage, r.wall_seconds)
+        idle::idle_while_waiting(shape, &r.timelines, usage, room, r.wall_seconds)
     };
-    let running = report(r.running_usage.as_ref()?);
+    let running = report(running_usage);
     let held = r.unit_usage.as_ref().map(report);
     Some(json!({
         "grace_s": idle::GRACE_S,
