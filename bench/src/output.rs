@@ -207,6 +207,10 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
         "throughput_jobs_per_s": round(r.throughput(), 2),
         "pending_period": report::pending_period(&r.timelines),
         "time_to_release": ttr,
+        "release_to_finish": report::release_to_finish(shape, &r.timelines)
+            .iter()
+            .map(|(class, d)| (class.to_string(), dist_json(d)))
+            .collect::<serde_json::Map<String, Value>>(),
         "quota_violations": unit_violations + job_violations,
         "quota_violations_by_check": {
             "queue_units": unit_violations,

@@ -79,6 +79,29 @@ pub fn time_to_release(
         .collect()
 }
 
+/// Time from the (last) release to the finish as this runtime saw them,
+/// per class: how long a released job kept its quota — its runtime plus
+/// the latency of its start and of its completion, which the API server's
+/// load stretches. A policy that releases a class while the API is
+/// congested has that class hold its quota longer per job (issue 44).
+pub fn release_to_finish(shape: &Shape, jobs: &[JobTimeline]) -> Vec<(&'static str, Distribution)> {
+    shape
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(c, class)| {
+            let held = jobs
+                .iter()
+                .zip(&shape.jobs)
+                .filter(|(_, plan)| plan.class == c)
+                .filter_map(|(j, _)| Some(j.finished? - *j.releases.last()?))
+                .filter(|d| *d >= 0.0)
+                .collect();
+            (class.name, Distribution::of(held))
+        })
+        .collect()
+}
+
 /// One sample of the plot's series.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {
@@ -236,6 +259,11 @@ mod tests {
         assert_eq!(at(2), (0, 1, 1));
         assert_eq!(at(3), (1, 0, 1));
         assert_eq!(at(6), (0, 0, 2));
+        // Released at 1, finished at 2; released again at 4, finished at 5:
+        // each held its quota 1 s from its last release; the others none.
+        let held = release_to_finish(&shape, &jobs);
+        assert_eq!(held.iter().map(|(_, d)| d.count).sum::<usize>(), 2);
+        assert!(held.iter().all(|(_, d)| d.count == 0 || d.max_s == 1.0));
         let p = pending_period(&jobs);
         // Pending during [0, 1.5) and [3, 4): 2.5 s, 3 releases within.
         assert!((p.pending_seconds - 2.5).abs() < 1e-9);
