@@ -6,7 +6,7 @@
 //! wait beyond [`GRACE_S`] counts: what is left is a job that could have run
 //! and did not. The root's use is given as a timeline: what running jobs
 //! take (released, not finished, not sent back; the job runtime's account)
-//! or what QueueUnits hold (the checker's) — `output.rs` reports both.
+//! or what QueueUnits hold (the checker's) — `output/mod.rs` reports both.
 //!
 //! Two measures. The issue's: any wait while the root runs under half.
 //! And the part of it in which the job's own quotas had its room (its leaf
