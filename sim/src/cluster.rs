@@ -100,6 +100,8 @@ impl Cluster {
     /// capacity set — what a scheduler holds after its caches synced.
     pub fn core(&self) -> Result<Core, ClusterError> {
         let mut core = Core::new(&self.config, &Registry::with_builtins())?;
+        // The simulator reads releases only, not each cycle's changed reasons.
+        core.report_reasons(false);
         for quota in &self.quotas {
             // Refused names were filtered when reading.
             let _ = core.upsert_quota(quota);

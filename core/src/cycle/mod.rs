@@ -77,7 +77,8 @@ pub struct CycleOutput {
     /// controller reports them freed; see [`Reclaim`].
     pub reclaims: Vec<Reclaim>,
     /// Waiting units whose reason changed since the previous cycle (or that
-    /// have one for the first time), with the new reason.
+    /// have one for the first time), with the new reason; empty when
+    /// [`Core::report_reasons`] is off.
     pub waiting: Vec<(Arc<str>, WaitReason)>,
     /// Work done.
     pub stats: CycleStats,
@@ -113,6 +114,9 @@ pub(crate) struct Pass<'a> {
     pub watched: Option<QuotaId>,
     /// The running cycle's number (see `UnitEntry::reported`).
     pub cycle_no: u32,
+    /// Whether changed reasons are listed in the output
+    /// ([`Core::report_reasons`]).
+    pub reports_reasons: bool,
     /// Stop the queue after its first release that borrows (fair round).
     pub one_borrower: bool,
     /// It did.
@@ -247,6 +251,7 @@ impl Core {
             cycle_no,
             now_ms,
             holds,
+            reports_reasons,
             ..
         } = self;
         let Some(entry) = queues.get_mut(q) else {
@@ -295,6 +300,7 @@ impl Core {
             now_ms: *now_ms,
             watched: None,
             cycle_no: *cycle_no,
+            reports_reasons: *reports_reasons,
             one_borrower,
             borrowed: false,
             holds,

@@ -60,7 +60,7 @@ impl Pass<'_> {
         if reason.as_ref() == Some(&new) {
             return;
         }
-        if !e.reason_changed {
+        if self.reports_reasons && !e.reason_changed {
             // Reported once per cycle, with its latest reason (a unit may be
             // judged again in a later pass of the cycle).
             match usize::try_from(e.reported.1) {

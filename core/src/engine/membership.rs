@@ -466,7 +466,7 @@ impl Core {
             return;
         }
         *reason = Some(new);
-        if !mem::replace(&mut e.reason_changed, true) {
+        if self.reports_reasons && !mem::replace(&mut e.reason_changed, true) {
             self.changed.push(id);
         }
     }

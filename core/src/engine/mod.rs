@@ -87,6 +87,10 @@ pub struct Core {
     pub(crate) epoch: u64,
     /// Units whose reason changed since the last cycle.
     pub(crate) changed: Vec<UnitId>,
+    /// Whether cycles list the waiting units whose reason changed
+    /// ([`CycleOutput::waiting`](crate::CycleOutput)); see
+    /// [`Core::report_reasons`].
+    pub(crate) reports_reasons: bool,
     pub(crate) capacity_source: Option<CapacitySource>,
     /// Reused buffer for the queue order of a cycle.
     pub(crate) order_buf: Vec<QueueId>,
@@ -126,6 +130,7 @@ impl Core {
             relaxed: HashSet::new(),
             epoch: 1,
             changed: Vec::new(),
+            reports_reasons: true,
             capacity_source,
             order_buf: Vec::new(),
             cycle_no: 0,
@@ -133,6 +138,25 @@ impl Core {
             now_ms: 0,
             holds: Default::default(),
         })
+    }
+
+    /// Whether cycles list the waiting units whose reason changed, with the
+    /// new reason, in [`CycleOutput::waiting`](crate::CycleOutput) (on by
+    /// default). A caller that reads reasons from the core when it needs
+    /// them (the controller's visibility pass, the simulator) turns it off:
+    /// the list costs a copy of the unit's key and reason for every waiting
+    /// unit a cycle judges afresh — all 100,000 in a new leader's first
+    /// cycle — which nobody then reads. The reasons themselves are kept
+    /// either way.
+    pub fn report_reasons(&mut self, on: bool) {
+        self.reports_reasons = on;
+        if !on {
+            for id in self.changed.drain(..) {
+                if let Some(e) = self.units.get_mut(id) {
+                    e.reason_changed = false;
+                }
+            }
+        }
     }
 
     /// Sets the clock the next cycles judge time-bound rules by (a

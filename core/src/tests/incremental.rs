@@ -225,3 +225,35 @@ fn cycles_before_any_queue_exists_decide_nothing() {
     }
     assert_eq!(core.queues().count(), 0);
 }
+
+#[test]
+fn reasons_kept_but_not_listed_when_reports_are_off() {
+    let mut core = loaded(10, 20);
+    let mut listing = loaded(10, 20);
+    core.report_reasons(false);
+    let out = core.run_cycle();
+    let listed = listing.run_cycle();
+    // The same decisions and work; only the list is left out.
+    assert_eq!(out.decisions, listed.decisions);
+    assert_eq!(out.stats, listed.stats);
+    assert!(out.waiting.is_empty());
+    assert_eq!(listed.waiting.len(), 190);
+    for (key, reason) in &listed.waiting {
+        assert_eq!(core.reason(key), Some(reason), "{key}");
+    }
+    // A reason changed between cycles (the unit is changed and waits
+    // elsewhere) is not listed either, and the core has the new one.
+    core.upsert_unit(&unit("ns", "q09-019", "q09", 8)).unwrap();
+    let out = core.run_cycle();
+    assert!(out.waiting.is_empty());
+    assert_eq!(
+        reason_text(&core, "ns/q09-019"),
+        "cluster capacity: cpu 40/40 used, needs 8"
+    );
+    // Turned on again, the next change is listed.
+    core.report_reasons(true);
+    core.upsert_unit(&unit("ns", "extra", "q03", 1)).unwrap();
+    let out = core.run_cycle();
+    assert_eq!(out.waiting.len(), 1);
+    assert_eq!(&*out.waiting[0].0, "ns/extra");
+}

@@ -168,6 +168,8 @@ pub fn estimate(settings: &EstimateSettings, snapshot: Snapshot) -> Result<Estim
         snapshot_took,
     } = snapshot;
     let mut core = Core::new(&settings.config, &Registry::with_builtins())?;
+    // The forecast reads releases only.
+    core.report_reasons(false);
     for quota in &quotas {
         // The controller gave these to its own core: refused ones were
         // refused there too.
