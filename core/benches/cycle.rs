@@ -77,6 +77,47 @@ fn full_cycle(c: &mut Criterion) {
     group.finish();
 }
 
+/// What a new leader holds when it takes over from one whose cycles had
+/// settled: every unit, the released ones holding what they were given,
+/// the waiting ones never judged by this core (a standby runs no cycles).
+fn taken_over(units: usize, queues: usize) -> Core {
+    let (mut before, _) = steady(units, queues);
+    while !before.run_cycle().decisions.is_empty() {}
+    let holding: Vec<_> = before
+        .holding_units()
+        .map(|(k, r)| (k.to_string(), r))
+        .collect();
+    let mut core = loaded(units, queues);
+    for (key, resources) in &holding {
+        core.hold(key, resources)
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+    }
+    core.mark_all_dirty();
+    core
+}
+
+/// A new leader's first cycle: it judges every waiting unit afresh against
+/// the quota the released ones hold (the issue-43 takeover).
+fn takeover(c: &mut Criterion) {
+    let mut group = c.benchmark_group("takeover_first_cycle");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(8));
+    for (units, queues) in SIZES {
+        group.bench_function(BenchmarkId::from_parameter(label(units)), |b| {
+            b.iter_batched(
+                || taken_over(units, queues),
+                |mut core| {
+                    let out = core.run_cycle();
+                    black_box((core, out))
+                },
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
 fn full_reevaluation(c: &mut Criterion) {
     let mut group = c.benchmark_group("full_reevaluation");
     group.sample_size(10);
@@ -155,6 +196,7 @@ fn incremental_finish(c: &mut Criterion) {
 criterion_group!(
     benches,
     full_cycle,
+    takeover,
     full_reevaluation,
     incremental_add,
     incremental_finish
