@@ -81,6 +81,14 @@ fn full_cycle(c: &mut Criterion) {
 /// settled: every unit, the released ones holding what they were given,
 /// the waiting ones never judged by this core (a standby runs no cycles).
 fn taken_over(units: usize, queues: usize) -> Core {
+    let mut core = started_cold(units, queues);
+    core.mark_all_dirty();
+    core
+}
+
+/// What a leader holds after a cold start: the same, its units found as
+/// its watches listed them (each on its queue's list of changed units).
+fn started_cold(units: usize, queues: usize) -> Core {
     let (mut before, _) = steady(units, queues);
     while !before.run_cycle().decisions.is_empty() {}
     let holding: Vec<_> = before
@@ -92,7 +100,6 @@ fn taken_over(units: usize, queues: usize) -> Core {
         core.hold(key, resources)
             .unwrap_or_else(|e| panic!("{key}: {e}"));
     }
-    core.mark_all_dirty();
     core
 }
 
@@ -104,9 +111,19 @@ fn takeover(c: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(8));
     for (units, queues) in SIZES {
-        group.bench_function(BenchmarkId::from_parameter(label(units)), |b| {
+        group.bench_function(BenchmarkId::new("warm", label(units)), |b| {
             b.iter_batched(
                 || taken_over(units, queues),
+                |mut core| {
+                    let out = core.run_cycle();
+                    black_box((core, out))
+                },
+                BatchSize::PerIteration,
+            );
+        });
+        group.bench_function(BenchmarkId::new("cold", label(units)), |b| {
+            b.iter_batched(
+                || started_cold(units, queues),
                 |mut core| {
                     let out = core.run_cycle();
                     black_box((core, out))
