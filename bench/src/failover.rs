@@ -112,6 +112,9 @@ pub struct Takeover {
     /// The bound of the bucket of the new leader's longest cycle in that
     /// time (seconds; its first looks at every unit).
     pub longest_cycle: Option<f64>,
+    /// The cycles of 50 ms or more the new leader logged, as said in its log
+    /// (`ms=… queues=… units=…`): the histogram gives only a bucket.
+    pub long_cycles: Vec<String>,
 }
 
 impl Takeover {
@@ -130,8 +133,45 @@ impl Takeover {
             AFTER_FIRST_RELEASE.as_secs(),
             self.longest_cycle
                 .map_or("-".to_string(), |s| format!("≤ {:.0} ms", s * 1000.0))
-        )
+        ) + &match self.long_cycles.as_slice() {
+            [] => String::new(),
+            cycles => format!("; logged as long: {}", cycles.join(", ")),
+        }
     }
+}
+
+/// The fields of each "long scheduling cycle" line of a replica's log
+/// (plain format, colours or not), in order.
+pub fn long_cycles(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("long scheduling cycle"))
+        .map(|line| {
+            let plain = strip_colours(line);
+            plain
+                .split_whitespace()
+                .filter(|w| w.contains('=') && !w.starts_with("elapsed"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// `s` without its ANSI colour sequences (`ESC [ … m`).
+fn strip_colours(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Names of `count` Jobs in `namespace` whose units, charged to `quota`,
@@ -284,6 +324,7 @@ async fn follow(
     tokio::time::sleep(AFTER_FIRST_RELEASE).await;
     replica.process.check_alive()?;
     let metrics = scrape(replica.admin).await?;
+    let log = std::fs::read_to_string(replica.process.log_path()).unwrap_or_default();
     Ok(Takeover {
         what,
         ready: ready.unwrap_or(first_release),
@@ -292,6 +333,7 @@ async fn follow(
         unit_writes: unit_writes(client).await? - killed.unit_writes,
         releases: released(&metrics),
         longest_cycle: histogram_quantile(&metrics, CYCLES, 1.0),
+        long_cycles: long_cycles(&log),
     })
 }
 
@@ -313,4 +355,23 @@ async fn delete_job(client: &kube::Client, namespace: &str, name: &str) -> Resul
         .await
         .with_context(|| format!("deleting Job {namespace}/{name}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::long_cycles;
+
+    #[test]
+    fn long_cycles_are_read_from_plain_logs_with_or_without_colours() {
+        let log = "\
+2026-12-07T18:00:00.1Z  INFO koord_queue_scheduler::controller: leading: scheduling and writing
+\u{1b}[2m2026-12-07T18:00:01.2Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mkoord_queue_scheduler::controller::state::release\u{1b}[0m\u{1b}[2m:\u{1b}[0m long scheduling cycle \u{1b}[3mms\u{1b}[0m\u{1b}[2m=\u{1b}[0m62.0 \u{1b}[3munits\u{1b}[0m\u{1b}[2m=\u{1b}[0m93852
+2026-12-07T18:00:02.3Z  INFO koord_queue_scheduler::controller::state::release: long scheduling cycle ms=51.0 queues=3 units=12
+";
+        assert_eq!(
+            long_cycles(log),
+            vec!["ms=62.0 units=93852", "ms=51.0 queues=3 units=12"]
+        );
+        assert!(long_cycles("nothing here\n").is_empty());
+    }
 }
