@@ -174,6 +174,7 @@ impl Pass<'_> {
             .map(|r| r.key.clone());
         let mut reservation = None;
         let mut released = Vec::new();
+        self.units.warm(entry.waiting.iter().map(|wk| wk.id));
         for wk in &entry.waiting {
             if self.held_back(&mut reservation, wk) || self.held_across(q, wk) {
                 continue;
