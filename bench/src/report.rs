@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::checker::UnitTimes;
 use super::runner::JobTimeline;
 use super::shape::{LEAF_MIN_CPU, Shape};
 
@@ -98,6 +99,47 @@ pub fn release_to_finish(shape: &Shape, jobs: &[JobTimeline]) -> Vec<(&'static s
                 .filter(|d| *d >= 0.0)
                 .collect();
             (class.name, Distribution::of(held))
+        })
+        .collect()
+}
+
+/// Each class's time to its first release in two parts: from the create
+/// request until the watch saw the job's unit (the API server, the webhook
+/// and its backlog: a unit that does not exist yet cannot be put first),
+/// and from then until the first release (the queue). `units` holds each
+/// job's unit's times by the job's index (`Checker::unit_times`).
+pub fn time_to_release_parts(
+    shape: &Shape,
+    jobs: &[JobTimeline],
+    units: &[Option<UnitTimes>],
+) -> Vec<(&'static str, Distribution, Distribution)> {
+    shape
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(c, class)| {
+            let mut to_unit = Vec::new();
+            let mut in_queue = Vec::new();
+            for (i, j) in jobs.iter().enumerate() {
+                if shape.jobs.get(i).is_none_or(|plan| plan.class != c) {
+                    continue;
+                }
+                let seen = units.get(i).copied().flatten().map(|u| u.seen);
+                if let (Some(created), Some(seen), Some(first)) =
+                    (j.created, seen, j.releases.first())
+                {
+                    // The watch may report the unit after the job's release
+                    // (two watches): the queue then took no time.
+                    let seen = seen.clamp(created, *first);
+                    to_unit.push(seen - created);
+                    in_queue.push(first - seen);
+                }
+            }
+            (
+                class.name,
+                Distribution::of(to_unit),
+                Distribution::of(in_queue),
+            )
         })
         .collect()
 }
@@ -264,6 +306,32 @@ mod tests {
         let held = release_to_finish(&shape, &jobs);
         assert_eq!(held.iter().map(|(_, d)| d.count).sum::<usize>(), 2);
         assert!(held.iter().all(|(_, d)| d.count == 0 || d.max_s == 1.0));
+        // Created at 0 and 0.5, units seen at 0.25 and 1.0, first released
+        // at 1 and 1.5; a unit seen after its job's release counts as seen then.
+        let mut units = vec![None; 30];
+        units[0] = Some(UnitTimes {
+            seen: 0.25,
+            ..UnitTimes::default()
+        });
+        units[1] = Some(UnitTimes {
+            seen: 1.0,
+            ..UnitTimes::default()
+        });
+        units[2] = Some(UnitTimes {
+            seen: 9.0,
+            ..UnitTimes::default()
+        });
+        jobs[2] = JobTimeline::seen(1.0, &[3.0], &[], None);
+        let parts = time_to_release_parts(&shape, &jobs, &units);
+        let total = |d: &Distribution| d.mean_s * d.count as f64;
+        let to_unit: f64 = parts.iter().map(|(_, t, _)| total(t)).sum();
+        let in_queue: f64 = parts.iter().map(|(_, _, q)| total(q)).sum();
+        assert_eq!(parts.iter().map(|(_, t, _)| t.count).sum::<usize>(), 3);
+        // To the unit: 0.25 + 0.5 + 2.0 (clamped to the release); in the
+        // queue: 0.75 + 0.5 + 0.
+        assert!((to_unit - 2.75).abs() < 1e-9, "{to_unit}");
+        assert!((in_queue - 1.25).abs() < 1e-9, "{in_queue}");
+        jobs[2] = JobTimeline::default();
         let p = pending_period(&jobs);
         // Pending during [0, 1.5) and [3, 4): 2.5 s, 3 releases within.
         assert!((p.pending_seconds - 2.5).abs() < 1e-9);

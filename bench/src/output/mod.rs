@@ -216,6 +216,15 @@ pub fn phase_json(shape: &Shape, r: &PhaseResult) -> Value {
             .iter()
             .map(|(class, d)| (class.to_string(), dist_json(d)))
             .collect::<serde_json::Map<String, Value>>(),
+        "time_to_release_parts": report::time_to_release_parts(shape, &r.timelines, &r.unit_times)
+            .iter()
+            .map(|(class, to_unit, in_queue)| {
+                (
+                    class.to_string(),
+                    json!({ "to_unit": dist_json(to_unit), "in_queue": dist_json(in_queue) }),
+                )
+            })
+            .collect::<serde_json::Map<String, Value>>(),
         "quota_violations": unit_violations + job_violations,
         "quota_violations_by_check": {
             "queue_units": unit_violations,
