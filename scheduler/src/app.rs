@@ -92,10 +92,7 @@ fn load_core(config: Option<&std::path::Path>) -> anyhow::Result<(Core, Schedule
     };
     let invalid = |e| anyhow::anyhow!("invalid configuration: {e}");
     let config = SchedulerConfig::from_yaml(&config_text).map_err(invalid)?;
-    let mut core = Core::new(&config, &crate::core::Registry::with_builtins()).map_err(invalid)?;
-    // The visibility pass and API read each waiting unit's reason from the
-    // core; a cycle's list of changed reasons would go unread.
-    core.report_reasons(false);
+    let core = Core::new(&config, &crate::core::Registry::with_builtins()).map_err(invalid)?;
     Ok((core, config))
 }
 

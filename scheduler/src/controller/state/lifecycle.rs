@@ -181,6 +181,10 @@ impl Controller {
         }
         if step.enqueue_after_cycle {
             self.to_enqueue.insert(k.clone());
+            // Written after the next cycle: one must come, also for a unit
+            // the core does not hold (an incomplete pod group waits outside
+            // it), which no change of the core's asks for.
+            self.request_cycle();
         }
         // The release reached the job: from now on a held job means re-suspended.
         if let Some((false, running)) = job
