@@ -51,33 +51,55 @@ impl Distribution {
     }
 }
 
+/// Each class's name with the samples `sample` gives of its jobs (given
+/// each job and its index; `None`: the job gives none).
+fn per_class<T>(
+    shape: &Shape,
+    jobs: &[JobTimeline],
+    sample: impl Fn(&JobTimeline, usize) -> Option<T>,
+) -> Vec<(&'static str, Vec<T>)> {
+    shape
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(c, class)| {
+            let samples = jobs
+                .iter()
+                .zip(&shape.jobs)
+                .enumerate()
+                .filter(|(_, (_, plan))| plan.class == c)
+                .filter_map(|(i, (j, _))| sample(j, i))
+                .collect();
+            (class.name, samples)
+        })
+        .collect()
+}
+
+/// [`per_class`] of sample pairs, as two distributions.
+fn per_class_pairs(
+    shape: &Shape,
+    jobs: &[JobTimeline],
+    sample: impl Fn(&JobTimeline, usize) -> Option<(f64, f64)>,
+) -> Vec<(&'static str, Distribution, Distribution)> {
+    per_class(shape, jobs, sample)
+        .into_iter()
+        .map(|(class, pairs)| {
+            let (a, b): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+            (class, Distribution::of(a), Distribution::of(b))
+        })
+        .collect()
+}
+
 /// Time from the create request to the (last) release, per class, and
 /// the same to the first release.
 pub fn time_to_release(
     shape: &Shape,
     jobs: &[JobTimeline],
 ) -> Vec<(&'static str, Distribution, Distribution)> {
-    shape
-        .classes
-        .iter()
-        .enumerate()
-        .map(|(c, class)| {
-            let mut last = Vec::new();
-            let mut first = Vec::new();
-            for (i, j) in jobs.iter().enumerate() {
-                if shape.jobs[i].class != c {
-                    continue;
-                }
-                if let (Some(created), Some(l), Some(f)) =
-                    (j.created, j.releases.last(), j.releases.first())
-                {
-                    last.push(l - created);
-                    first.push(f - created);
-                }
-            }
-            (class.name, Distribution::of(last), Distribution::of(first))
-        })
-        .collect()
+    per_class_pairs(shape, jobs, |j, _| {
+        let created = j.created?;
+        Some((j.releases.last()? - created, j.releases.first()? - created))
+    })
 }
 
 /// Time from the (last) release to the finish as this runtime saw them,
@@ -86,21 +108,12 @@ pub fn time_to_release(
 /// load stretches. A policy that releases a class while the API is
 /// congested has that class hold its quota longer per job (issue 44).
 pub fn release_to_finish(shape: &Shape, jobs: &[JobTimeline]) -> Vec<(&'static str, Distribution)> {
-    shape
-        .classes
-        .iter()
-        .enumerate()
-        .map(|(c, class)| {
-            let held = jobs
-                .iter()
-                .zip(&shape.jobs)
-                .filter(|(_, plan)| plan.class == c)
-                .filter_map(|(j, _)| Some(j.finished? - *j.releases.last()?))
-                .filter(|d| *d >= 0.0)
-                .collect();
-            (class.name, Distribution::of(held))
-        })
-        .collect()
+    per_class(shape, jobs, |j, _| {
+        Some(j.finished? - *j.releases.last()?).filter(|d| *d >= 0.0)
+    })
+    .into_iter()
+    .map(|(class, held)| (class, Distribution::of(held)))
+    .collect()
 }
 
 /// Each class's time to its first release in two parts: from the create
@@ -113,35 +126,19 @@ pub fn time_to_release_parts(
     jobs: &[JobTimeline],
     units: &[Option<UnitTimes>],
 ) -> Vec<(&'static str, Distribution, Distribution)> {
-    shape
-        .classes
-        .iter()
-        .enumerate()
-        .map(|(c, class)| {
-            let mut to_unit = Vec::new();
-            let mut in_queue = Vec::new();
-            for (i, j) in jobs.iter().enumerate() {
-                if shape.jobs.get(i).is_none_or(|plan| plan.class != c) {
-                    continue;
-                }
-                let seen = units.get(i).copied().flatten().map(|u| u.seen);
-                if let (Some(created), Some(seen), Some(first)) =
-                    (j.created, seen, j.releases.first())
-                {
-                    // The watch may report the unit after the job's release
-                    // (two watches): the queue then took no time.
-                    let seen = seen.clamp(created, *first);
-                    to_unit.push(seen - created);
-                    in_queue.push(first - seen);
-                }
-            }
-            (
-                class.name,
-                Distribution::of(to_unit),
-                Distribution::of(in_queue),
-            )
-        })
-        .collect()
+    per_class_pairs(shape, jobs, |j, i| {
+        let (created, first) = (j.created?, *j.releases.first()?);
+        // The watch may report the unit after the job's release (two
+        // watches): the queue then took no time.
+        let seen = units
+            .get(i)
+            .copied()
+            .flatten()?
+            .seen
+            .max(created)
+            .min(first);
+        Some((seen - created, first - seen))
+    })
 }
 
 /// One sample of the plot's series.

@@ -9,7 +9,11 @@ use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, criterion_group,
+    criterion_main,
+};
 use koord_queue_core::{Core, synthetic};
 
 /// (pending units, queues used)
@@ -42,31 +46,17 @@ fn steady(units: usize, queues: usize) -> (Core, Vec<String>) {
     (core, held)
 }
 
-fn full_cycle(c: &mut Criterion) {
-    let mut group = c.benchmark_group("full_cycle");
-    group.sampling_mode(SamplingMode::Flat);
-    group.sample_size(10);
-    group.measurement_time(Duration::from_secs(8));
-    for (units, queues) in SIZES {
-        group.bench_function(BenchmarkId::from_parameter(label(units)), |b| {
-            b.iter_batched(
-                || loaded(units, queues),
-                |mut core| {
-                    let out = core.run_cycle();
-                    // Returned, so that criterion drops the core after the
-                    // timing: a scheduler keeps its core.
-                    black_box((core, out))
-                },
-                BatchSize::PerIteration,
-            );
-        });
-    }
-    // The same first cycle at 100,000 units without the list of changed
-    // reasons, as the simulator runs it.
-    let (units, queues) = SIZES[2];
-    group.bench_function(BenchmarkId::new("unlisted", label(units)), |b| {
+/// Times the first cycle of the core `setup` builds (untimed, anew for each
+/// sample). The core is returned, so that criterion frees it after the
+/// timing: a scheduler keeps its core.
+fn first_cycle(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    setup: impl Fn() -> Core,
+) {
+    group.bench_function(id, |b| {
         b.iter_batched(
-            || loaded_unlisted(units, queues),
+            &setup,
             |mut core| {
                 let out = core.run_cycle();
                 black_box((core, out))
@@ -74,6 +64,28 @@ fn full_cycle(c: &mut Criterion) {
             BatchSize::PerIteration,
         );
     });
+}
+
+fn full_cycle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("full_cycle");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(8));
+    for (units, queues) in SIZES {
+        first_cycle(
+            &mut group,
+            BenchmarkId::from_parameter(label(units)),
+            || loaded(units, queues),
+        );
+    }
+    // The same first cycle at 100,000 units without the list of changed
+    // reasons, as the simulator runs it.
+    let (units, queues) = SIZES[2];
+    first_cycle(
+        &mut group,
+        BenchmarkId::new("unlisted", label(units)),
+        || loaded_unlisted(units, queues),
+    );
     group.finish();
 }
 
@@ -111,25 +123,11 @@ fn takeover(c: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(8));
     for (units, queues) in SIZES {
-        group.bench_function(BenchmarkId::new("warm", label(units)), |b| {
-            b.iter_batched(
-                || taken_over(units, queues),
-                |mut core| {
-                    let out = core.run_cycle();
-                    black_box((core, out))
-                },
-                BatchSize::PerIteration,
-            );
+        first_cycle(&mut group, BenchmarkId::new("warm", label(units)), || {
+            taken_over(units, queues)
         });
-        group.bench_function(BenchmarkId::new("cold", label(units)), |b| {
-            b.iter_batched(
-                || started_cold(units, queues),
-                |mut core| {
-                    let out = core.run_cycle();
-                    black_box((core, out))
-                },
-                BatchSize::PerIteration,
-            );
+        first_cycle(&mut group, BenchmarkId::new("cold", label(units)), || {
+            started_cold(units, queues)
         });
     }
     group.finish();
