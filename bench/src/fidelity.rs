@@ -8,10 +8,11 @@
 //! what happened (the simulator's fidelity section).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use koord_queue_sim::cluster::Cluster;
-use koord_queue_sim::engine::{Latency, Settings};
+use koord_queue_sim::engine::{Latency, LatencyBucket, LatencyProfile, Settings};
 use koord_queue_sim::import::{objects::to_yaml, shape as shape_import};
 use koord_queue_sim::report::{self, Fidelity};
 use koord_queue_sim::trace::{Observed, TraceJob, write_trace};
@@ -75,7 +76,25 @@ pub struct Measured {
     /// The spread of `start_ms` over those jobs, its 90th percentile less
     /// its 10th: `spread_ms`.
     pub start_spread_ms: i64,
+    /// The same latencies as they moved over the run: medians per bucket
+    /// of [`PROFILE_BUCKET_MS`] by the moment each step began (the create
+    /// sent, the unit seen released, the completion sent), where a bucket
+    /// has at least [`PROFILE_MIN_SAMPLES`].
+    pub profile: LatencyProfile,
+    /// The spread of the start latencies around their bucket's median
+    /// (90th less 10th percentile): the spread left once the profile says
+    /// how the latency moved.
+    pub start_spread_in_bucket_ms: i64,
 }
+
+/// Width of a bucket of the measured latency profile: short enough to
+/// follow the backlog's rise and fall over a run of a few minutes, long
+/// enough to hold hundreds of jobs at the baseline's rates.
+pub const PROFILE_BUCKET_MS: i64 = 10_000;
+
+/// Fewest samples a bucket's median is taken over; a bucket with fewer
+/// leaves that latency to the run's median.
+pub const PROFILE_MIN_SAMPLES: usize = 5;
 
 impl Measured {
     /// As the simulator's settings take them (eviction: a release's write
@@ -88,7 +107,91 @@ impl Measured {
             evict_ms: self.start_ms,
             requeue_ms: 0,
             spread_ms: self.start_spread_ms,
+            profile: None,
         }
+    }
+
+    /// As [`Measured::latency`], with the profile, and the spread left
+    /// within its buckets.
+    pub fn profiled_latency(&self) -> Latency {
+        Latency {
+            spread_ms: self.start_spread_in_bucket_ms,
+            profile: Some(Arc::new(self.profile.clone())),
+            ..self.latency()
+        }
+    }
+}
+
+/// Samples of one latency (s), each at the moment its step began (s since
+/// the phase's start).
+#[derive(Default)]
+struct Samples(Vec<(f64, f64)>);
+
+impl Samples {
+    fn push(&mut self, at: f64, value: f64) {
+        self.0.push((at, value));
+    }
+
+    fn values(&self) -> Vec<f64> {
+        self.0.iter().map(|(_, v)| *v).collect()
+    }
+
+    /// Each bucket's samples, by bucket index (samples before 0 are left out).
+    fn by_bucket(&self) -> std::collections::BTreeMap<usize, Vec<f64>> {
+        let mut out: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
+        for &(at, v) in &self.0 {
+            if let Ok(b) = usize::try_from(ms(at).div_euclid(PROFILE_BUCKET_MS)) {
+                out.entry(b).or_default().push(v);
+            }
+        }
+        out
+    }
+
+    /// The median of each bucket with enough samples (ms, not below 0).
+    fn medians(&self) -> std::collections::BTreeMap<usize, i64> {
+        self.by_bucket()
+            .into_iter()
+            .filter(|(_, v)| v.len() >= PROFILE_MIN_SAMPLES)
+            .map(|(b, v)| (b, median_ms(v).0.max(0)))
+            .collect()
+    }
+
+    /// The spread of the samples around their bucket's median (ms), over
+    /// the buckets with a median.
+    fn spread_in_buckets(&self) -> i64 {
+        let mut residuals = Vec::new();
+        for v in self.by_bucket().into_values() {
+            if v.len() < PROFILE_MIN_SAMPLES {
+                continue;
+            }
+            let median = median_ms(v.clone()).0 as f64 / 1000.0;
+            residuals.extend(v.into_iter().map(|x| x - median));
+        }
+        median_ms(residuals).2.max(0)
+    }
+}
+
+/// The profile of three latencies' bucket medians.
+fn profile(admit: &Samples, start: &Samples, free: &Samples) -> LatencyProfile {
+    let (admit, start, free) = (admit.medians(), start.medians(), free.medians());
+    let last = [&admit, &start, &free]
+        .iter()
+        .filter_map(|m| m.keys().next_back().copied())
+        .max();
+    let buckets = match last {
+        Some(last) => (0..=last)
+            .map(|b| LatencyBucket {
+                admit_ms: admit.get(&b).copied(),
+                start_ms: start.get(&b).copied(),
+                free_ms: free.get(&b).copied(),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    LatencyProfile {
+        start_ms: 0,
+        bucket_ms: PROFILE_BUCKET_MS,
+        buckets,
     }
 }
 
@@ -107,28 +210,33 @@ fn median_ms(mut v: Vec<f64>) -> (i64, usize, i64) {
 /// The latencies of a run: its jobs' `timelines` (the job runtime's) and
 /// their units' `units` (the QueueUnit watch's), by job.
 pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTimes>]) -> Measured {
-    let (mut admit, mut free, mut start) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut admit, mut free, mut start) =
+        (Samples::default(), Samples::default(), Samples::default());
     for (i, t) in timelines.iter().enumerate() {
         let unit = units.get(i).copied().flatten();
         if let (Some(created), Some(u)) = (t.created, unit) {
-            admit.push(u.seen - created);
+            admit.push(created, u.seen - created);
         }
         let round_trip = match (t.completion_sent, t.finished) {
-            (Some(sent), Some(seen)) => Some(seen - sent),
+            (Some(sent), Some(seen)) => Some((sent, seen - sent)),
             _ => None,
         };
-        free.extend(round_trip);
+        if let Some((sent, trip)) = round_trip {
+            free.push(sent, trip);
+        }
         let runtime = shape.jobs.get(i).map(|j| j.runtime.as_secs_f64());
-        if let (Some(u), Some(trip), Some(runtime), 1) =
+        if let (Some(u), Some((_, trip)), Some(runtime), 1) =
             (unit, round_trip, runtime, t.releases.len())
             && let (Some(released), Some(succeeded)) = (u.released, u.succeeded)
         {
-            start.push(succeeded - released - runtime - trip);
+            start.push(released, succeeded - released - runtime - trip);
         }
     }
-    let (admit_ms, admit_jobs, _) = median_ms(admit);
-    let (free_ms, free_jobs, _) = median_ms(free);
-    let (start_ms, start_jobs, start_spread_ms) = median_ms(start);
+    let profile = profile(&admit, &start, &free);
+    let start_spread_in_bucket_ms = start.spread_in_buckets();
+    let (admit_ms, admit_jobs, _) = median_ms(admit.values());
+    let (free_ms, free_jobs, _) = median_ms(free.values());
+    let (start_ms, start_jobs, start_spread_ms) = median_ms(start.values());
     Measured {
         admit_ms: admit_ms.max(0),
         admit_jobs,
@@ -137,6 +245,8 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
         start_ms: start_ms.max(0),
         start_jobs,
         start_spread_ms: start_spread_ms.max(0),
+        profile,
+        start_spread_in_bucket_ms,
     }
 }
 
@@ -150,14 +260,14 @@ struct Simulated {
 
 fn simulate(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Result<Simulated> {
     let started = std::time::Instant::now();
-    let start_ms = settings.latency.start_ms;
+    let latency = settings.latency.clone();
     let mut sim = koord_queue_sim::prepare(cluster, trace.iter().cloned().map(Ok), settings)?;
     sim.run(None);
-    let fidelity = report::fidelity::of(&sim, start_ms);
+    let fidelity = report::fidelity::of(&sim, &latency);
     let releases = sim
         .outcomes()
         .iter()
-        .map(|o| o.first_release_ms.map(|r| r + start_ms))
+        .map(|o| o.first_release_ms.map(|r| r + latency.start_at(r)))
         .collect();
     Ok(Simulated {
         fidelity,
@@ -180,9 +290,17 @@ fn per_second(points: impl Iterator<Item = (i64, i64)>) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The simulations a fidelity run compares with the real one.
+struct Runs {
+    zero: Simulated,
+    measured: Simulated,
+    profiled: Simulated,
+}
+
 /// Per class: the mean time to release of the jobs submitted in each
-/// second, real and simulated (with and without the latencies).
-fn plot(trace: &[TraceJob], zero: &Simulated, measured: &Simulated, subtitle: &str) -> String {
+/// second, real and simulated (without latency, with the run's medians,
+/// with its latency profile).
+fn plot(trace: &[TraceJob], runs: &Runs, subtitle: &str) -> String {
     let x_max = trace
         .iter()
         .map(|j| j.submit_ms as f64 / 1000.0)
@@ -223,15 +341,21 @@ fn plot(trace: &[TraceJob], zero: &Simulated, measured: &Simulated, subtitle: &s
                         dashed: false,
                     },
                     Line {
-                        label: "simulated, measured latencies".into(),
-                        color: "#1f77b4",
-                        points: simulated(measured),
+                        label: "simulated, latency profile".into(),
+                        color: "#2ca02c",
+                        points: simulated(&runs.profiled),
                         dashed: false,
+                    },
+                    Line {
+                        label: "simulated, median latencies".into(),
+                        color: "#1f77b4",
+                        points: simulated(&runs.measured),
+                        dashed: true,
                     },
                     Line {
                         label: "simulated, no latency".into(),
                         color: "#7f7f7f",
-                        points: simulated(zero),
+                        points: simulated(&runs.zero),
                         dashed: true,
                     },
                 ],
@@ -250,10 +374,11 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Writes the run phase's trace (`trace.jsonl`) and objects
-/// (`cluster.yaml`) into `dir`, simulates the trace with no latency and with
-/// the run's measured ones (the scheduler's `cycle_batch_ms`), and writes
-/// the comparison (`fidelity.json`, `fidelity.svg`); returns its JSON.
+/// Writes the run phase's trace (`trace.jsonl`), objects (`cluster.yaml`)
+/// and latency profile (`latency-profile.json`) into `dir`, simulates the
+/// trace with no latency, with the run's median latencies and with its
+/// profile (the scheduler's `cycle_batch_ms`), and writes the comparison
+/// (`fidelity.json`, `fidelity.svg`); returns its JSON.
 pub fn write_and_compare(
     dir: &Path,
     shape: &Shape,
@@ -271,31 +396,45 @@ pub fn write_and_compare(
     write(&dir.join("cluster.yaml"), &yaml)?;
     let cluster = Cluster::from_yaml(&[yaml])?;
     let measured = measure(shape, timelines, units);
+    write(
+        &dir.join("latency-profile.json"),
+        serde_json::to_string_pretty(&measured.profile)? + "\n",
+    )?;
     let settings = |latency: Latency| Settings {
         cycle_batch_ms,
         latency,
         ..Settings::default()
     };
-    let zero = simulate(&cluster, &jobs, settings(Latency::default()))?;
-    let with = simulate(&cluster, &jobs, settings(measured.latency()))?;
+    let runs = Runs {
+        zero: simulate(&cluster, &jobs, settings(Latency::default()))?,
+        measured: simulate(&cluster, &jobs, settings(measured.latency()))?,
+        profiled: simulate(&cluster, &jobs, settings(measured.profiled_latency()))?,
+    };
     let l = measured.latency();
-    let command = format!(
-        "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms --latency-spread {}ms",
-        l.admit_ms,
-        l.start_ms,
-        l.free_ms,
-        l.evict_ms,
-        l.spread_ms,
-        dir = dir.display()
+    let command = |spread_ms: i64, profile: &str| {
+        format!(
+            "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms --latency-spread {spread_ms}ms{profile}",
+            l.admit_ms,
+            l.start_ms,
+            l.free_ms,
+            l.evict_ms,
+            dir = dir.display()
+        )
+    };
+    let profile_flag = format!(
+        " --latency-profile {}",
+        dir.join("latency-profile.json").display()
     );
     let json = json!({
         "jobs": jobs.len(),
         "latencies_measured": measured,
-        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile",
-        "simulate_command": command,
-        "with_measured_latencies": with.fidelity,
-        "without_latency": zero.fidelity,
-        "simulation_seconds": [zero.seconds, with.seconds],
+        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile; the profile: the same medians per 10 s by when the step began (create sent, unit seen released, completion sent), its spread the start latencies' around their bucket's median",
+        "simulate_command": command(l.spread_ms, ""),
+        "simulate_command_profiled": command(measured.start_spread_in_bucket_ms, &profile_flag),
+        "with_latency_profile": runs.profiled.fidelity,
+        "with_measured_latencies": runs.measured.fidelity,
+        "without_latency": runs.zero.fidelity,
+        "simulation_seconds": [runs.zero.seconds, runs.measured.seconds, runs.profiled.seconds],
         "goals": "per class |relative error| of the mean time to release ≤ 0.15; release order Spearman ≥ 0.9",
     });
     write(
@@ -309,10 +448,7 @@ pub fn write_and_compare(
         l.start_ms,
         l.free_ms
     );
-    write(
-        &dir.join("fidelity.svg"),
-        plot(&jobs, &zero, &with, &subtitle),
-    )?;
+    write(&dir.join("fidelity.svg"), plot(&jobs, &runs, &subtitle))?;
     Ok(json)
 }
 
@@ -397,5 +533,69 @@ mod tests {
         let l = m.latency();
         assert_eq!((l.admit_ms, l.start_ms, l.free_ms), (150, 400, 200));
         assert!(shape.jobs[0].runtime > Duration::ZERO);
+    }
+
+    /// Two buckets of five jobs each: the latencies of each bucket are its
+    /// own medians, the run's medians those of all ten, and the spread
+    /// within the buckets only what differs inside one.
+    #[test]
+    fn the_profile_follows_the_latencies_bucket_by_bucket() {
+        let shape = Shape::new("t", 90, 30, 5, crate::shape::CLASSES).unwrap();
+        let n = shape.jobs.len();
+        assert!(n >= 11, "{n}");
+        let mut timelines = vec![JobTimeline::default(); n];
+        let mut units = vec![None; n];
+        for i in 0..10 {
+            let runtime = shape.jobs[i].runtime.as_secs_f64();
+            // Jobs 0-4 in the first 10 s, 5-9 in the second; the second's
+            // latencies are five times the first's, 0.01 s apart inside.
+            let (base, factor) = if i < 5 { (1.0, 1.0) } else { (11.0, 5.0) };
+            let k = (i % 5) as f64 * 0.01;
+            let t = &mut timelines[i];
+            t.created = Some(base);
+            let released = base + 2.0;
+            t.releases = vec![released + 0.05];
+            t.completion_sent = Some(released + 0.05 + runtime);
+            t.finished = Some(released + 0.05 + runtime + 0.1 * factor + k);
+            units[i] = Some(UnitTimes {
+                seen: base + 0.2 * factor + k,
+                released: Some(released),
+                succeeded: Some(released + runtime + 0.1 * factor + k + 0.4 * factor + k),
+            });
+        }
+        // One job alone in the third bucket: too few for a median there.
+        timelines[10].created = Some(25.0);
+        units[10] = Some(UnitTimes {
+            seen: 25.3,
+            released: None,
+            succeeded: None,
+        });
+        let m = measure(&shape, &timelines, &units);
+        let p = &m.profile;
+        assert_eq!((p.start_ms, p.bucket_ms), (0, 10_000));
+        // The lone job makes no third bucket.
+        assert_eq!(p.buckets.len(), 2, "{p:?}");
+        let b = |i: usize| p.buckets[i];
+        assert_eq!(
+            (b(0).admit_ms, b(0).start_ms, b(0).free_ms),
+            (Some(220), Some(420), Some(120))
+        );
+        assert_eq!(
+            (b(1).admit_ms, b(1).start_ms, b(1).free_ms),
+            (Some(1_020), Some(2_020), Some(520))
+        );
+        // The run's medians are over all jobs: the 6th of the 11 admissions
+        // is the lone job's 0.3 s.
+        assert_eq!(m.admit_ms, 300);
+        // Inside a bucket the start latencies are 0.00-0.04 s apart: p90 less
+        // p10 of the residuals, against 1.6 s over the run.
+        assert_eq!(m.start_spread_in_bucket_ms, 40);
+        assert!(m.start_spread_ms >= 1_600, "{}", m.start_spread_ms);
+        let l = m.profiled_latency();
+        assert_eq!(l.spread_ms, 40);
+        assert_eq!(
+            (l.start_at(15_000), l.start_at(35_000)),
+            (2_020, m.start_ms)
+        );
     }
 }

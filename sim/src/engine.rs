@@ -3,7 +3,8 @@
 //! estimate start times), set up from a cluster's objects.
 
 pub use koord_queue_scheduler::forecast::{
-    Latency, NodeUsage, RunStats, Settings, Simulation, UnitOutcome, UsageSeries,
+    Latency, LatencyBucket, LatencyProfile, NodeUsage, RunStats, Settings, Simulation, UnitOutcome,
+    UsageSeries,
 };
 
 use crate::cluster::{Cluster, ClusterError};

@@ -75,11 +75,11 @@ pub fn simulate_stream(
     settings: Settings,
 ) -> Result<Report, SimError> {
     let seed = settings.seed;
-    let start_latency_ms = settings.latency.start_ms;
+    let latency = settings.latency.clone();
     let mut sim = prepare(cluster, trace, settings)?;
     let run = sim.run(None);
     let mut report = report::build(&mut sim, cluster, run, seed);
-    report.fidelity = report::fidelity::of(&sim, start_latency_ms);
+    report.fidelity = report::fidelity::of(&sim, &latency);
     Ok(report)
 }
 

@@ -356,3 +356,52 @@ fn with_a_spread_single_freed_cores_go_to_narrow_jobs_behind_a_wide_head() {
         );
     }
 }
+
+/// A latency profile: each step takes its moment's figure, else the fixed
+/// median. One full quota, three jobs in line: the first is released in
+/// the profile's first bucket (start 1 s) and its pods end in the second
+/// (free 2 s); the second is released in the second (start 3 s) and ends
+/// after the profile (the fixed free of 100 ms); the third is released
+/// after it (the fixed start of 0).
+#[test]
+fn a_latency_profile_gives_each_step_the_latency_of_its_moment() {
+    use std::sync::Arc;
+    let cluster = two_quotas("2");
+    let trace = [
+        job("a0", "a", 2, 0, 10_000),
+        job("a1", "a", 2, 0, 10_000),
+        job("a2", "a", 2, 0, 10_000),
+    ];
+    let profile = engine::LatencyProfile {
+        start_ms: 0,
+        bucket_ms: 10_000,
+        buckets: vec![
+            engine::LatencyBucket {
+                start_ms: Some(1_000),
+                free_ms: Some(500),
+                ..Default::default()
+            },
+            engine::LatencyBucket {
+                start_ms: Some(3_000),
+                free_ms: Some(2_000),
+                ..Default::default()
+            },
+        ],
+    };
+    let settings = Settings {
+        latency: engine::Latency {
+            free_ms: 100,
+            profile: Some(Arc::new(profile)),
+            ..engine::Latency::default()
+        },
+        ..Settings::default()
+    };
+    let outcomes = run_with(&cluster, &trace, settings);
+    let releases: Vec<_> = outcomes.iter().map(|o| o.first_release_ms).collect();
+    let ends: Vec<_> = outcomes.iter().map(|o| o.end_ms).collect();
+    // a0: released at 20, pods 1,020-11,020, free at 13,020; a1: released
+    // at 13,040, pods 16,040-26,040, free at 26,140; a2: released at
+    // 26,160, pods until 36,160.
+    assert_eq!(releases, [Some(20), Some(13_040), Some(26_160)]);
+    assert_eq!(ends, [Some(11_020), Some(26_040), Some(36_160)]);
+}

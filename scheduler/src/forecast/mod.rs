@@ -32,6 +32,7 @@
 
 mod events;
 mod job;
+mod latency;
 mod steps;
 mod usage;
 
@@ -43,6 +44,7 @@ use koord_queue_core::{CapacitySource, Core, QuotaDef, RootCapacity};
 
 use events::{Calendar, Kind};
 pub use job::Job;
+pub use latency::{Latency, LatencyBucket, LatencyProfile, ProfileError};
 use usage::Usage;
 pub use usage::{NodeUsage, UsageSeries};
 
@@ -73,33 +75,6 @@ impl Default for Settings {
             bucket_ms: None,
         }
     }
-}
-
-/// What the API adds to each step (ms). The real system's values are
-/// measured by the benchmark (issue 40's fidelity run); zero here.
-#[derive(Clone, Debug, Default)]
-pub struct Latency {
-    /// Submission → the unit waits in its queue (webhook, unit create,
-    /// adoption).
-    pub admit_ms: i64,
-    /// Release → the job's pods run (release write, pod start).
-    pub start_ms: i64,
-    /// The job's end → its quota is free (pods gone, watch event).
-    pub free_ms: i64,
-    /// A reclaim decision → the victim's quota is free (its job held).
-    pub evict_ms: i64,
-    /// A backoff's end → the unit waits again (its Enqueued write).
-    pub requeue_ms: i64,
-    /// The API's spread around these: each job's admission and the start
-    /// of each of its holds move by a draw in `[-spread_ms/2, spread_ms/2)`
-    /// (never before the submission or the release), from the seed and the
-    /// job; the latencies above stay the medians. Without it the jobs of a
-    /// periodic trace arrive and end in the same millisecond and free their
-    /// quota together, which a cluster never does: a unit that needs
-    /// several cores finds them free at once, where in the cluster single
-    /// cores free one by one and smaller units behind it take each
-    /// (docs/simulate.md "Latency and its spread").
-    pub spread_ms: i64,
 }
 
 /// What happened to one job.
@@ -182,6 +157,9 @@ pub struct Simulation {
     /// When each job in backoff is due back (its `Requeue` event's time):
     /// an event at another time is one its early return made stale.
     requeue_due: Vec<i64>,
+    /// When each holding job's pods end (ms): its quota is free a free
+    /// latency later, and that latency may differ by the moment.
+    pods_end: Vec<i64>,
     /// Jobs in backoff that a reclaim or preemption sent there: each
     /// housekeeping tick puts back those whose room is free (issue 44).
     backoff: Vec<u32>,
@@ -254,6 +232,7 @@ impl Simulation {
             generation: Vec::new(),
             requeues: Vec::new(),
             requeue_due: Vec::new(),
+            pods_end: Vec::new(),
             backoff: Vec::new(),
             keys: HashMap::new(),
             calendar: Calendar::default(),
@@ -318,6 +297,7 @@ impl Simulation {
         self.generation.push(0);
         self.requeues.push(0);
         self.requeue_due.push(i64::MIN);
+        self.pods_end.push(i64::MIN);
         i
     }
 
@@ -326,8 +306,9 @@ impl Simulation {
     /// Returns its index.
     pub fn add_job(&mut self, job: Job) -> usize {
         let i = self.push_job(job);
-        let admit = self.settings.latency.admit_ms + self.spread(i, 0);
-        let at = self.jobs[i as usize].submit_ms + admit.max(0);
+        let submit = self.jobs[i as usize].submit_ms;
+        let admit = self.settings.latency.admit_at(submit) + self.spread(i, 0);
+        let at = submit + admit.max(0);
         self.unreleased += 1;
         self.calendar.push_arrival(at, i);
         i as usize
@@ -343,6 +324,7 @@ impl Simulation {
         o.first_release_ms = Some(released_ms);
         o.last_release_ms = Some(released_ms);
         o.releases = 1;
+        self.pods_end[i as usize] = ends_ms - self.settings.latency.free_ms;
         self.calendar.push(ends_ms, Kind::Finish(i, 0));
         i as usize
     }

@@ -37,7 +37,7 @@ impl Simulation {
                 self.back_in_queue(i);
             }
             Kind::Finish(i, g) if self.holds(i, g) => {
-                self.outcomes[i as usize].end_ms = Some(self.now - self.settings.latency.free_ms);
+                self.outcomes[i as usize].end_ms = Some(self.pods_end[i as usize]);
                 self.phase[i as usize] = Phase::Done;
                 self.leave(i, true);
             }
@@ -194,8 +194,10 @@ impl Simulation {
             o.releases += 1;
             self.charge(i, 1);
             let l = &self.settings.latency;
-            let start = (l.start_ms + self.spread(i, self.outcomes[idx].releases)).max(0);
-            let end = self.now + start + self.jobs[idx].run_ms + l.free_ms;
+            let start = (l.start_at(self.now) + self.spread(i, self.outcomes[idx].releases)).max(0);
+            let pods_end = self.now + start + self.jobs[idx].run_ms;
+            let end = pods_end + l.free_at(pods_end);
+            self.pods_end[idx] = pods_end;
             self.calendar
                 .push(end, Kind::Finish(i, self.generation[idx]));
         }

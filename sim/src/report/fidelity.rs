@@ -8,13 +8,14 @@
 //! job seen unsuspended; SWF's: its start), which is after the scheduler's
 //! decision by the release write and the job's start. The simulated release
 //! compared with it is therefore the decision plus `--start-latency` (zero
-//! by default), the same step the simulation adds before the job runs.
+//! by default), the same step the simulation adds before the job runs; with
+//! a latency profile, the start latency of the moment of that decision.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Simulation;
+use crate::engine::{Latency, Simulation};
 
 /// The fidelity section of a report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -23,7 +24,9 @@ pub struct Fidelity {
     pub jobs_compared: usize,
     /// Jobs with a real release the simulation never released.
     pub simulated_never_released: usize,
-    /// Added to each simulated release before comparing (`--start-latency`).
+    /// Added to each simulated release before comparing (`--start-latency`;
+    /// with a latency profile, where it has a figure, the figure of the
+    /// release's moment instead).
     pub start_latency_ms: i64,
     /// Per priority class.
     pub by_class: Vec<ClassFidelity>,
@@ -82,9 +85,9 @@ impl Sums {
 }
 
 /// The fidelity of a finished run whose trace had observed releases
-/// (`None` when none had), each simulated release taken `start_latency_ms`
-/// later (see the module's comment).
-pub fn of(sim: &Simulation, start_latency_ms: i64) -> Option<Fidelity> {
+/// (`None` when none had), each simulated release taken its start latency
+/// later (`latency`, the run's; see the module's comment).
+pub fn of(sim: &Simulation, latency: &Latency) -> Option<Fidelity> {
     let mut by_class: BTreeMap<String, Sums> = BTreeMap::new();
     let mut total = Sums::default();
     let (mut simulated, mut observed) = (Vec::new(), Vec::new());
@@ -100,13 +103,14 @@ pub fn of(sim: &Simulation, start_latency_ms: i64) -> Option<Fidelity> {
             never += 1;
             continue;
         };
-        let sim_wait = release + start_latency_ms - job.submit_ms;
+        let started = release + latency.start_at(release);
+        let sim_wait = started - job.submit_ms;
         by_class
             .entry(job.class.to_string())
             .or_default()
             .add(sim_wait, real_wait);
         total.add(sim_wait, real_wait);
-        simulated.push((release + start_latency_ms) as f64);
+        simulated.push(started as f64);
         observed.push((job.submit_ms + real_wait) as f64);
         simulated_waits.push(sim_wait as f64);
         observed_waits.push(real_wait as f64);
@@ -117,7 +121,7 @@ pub fn of(sim: &Simulation, start_latency_ms: i64) -> Option<Fidelity> {
     Some(Fidelity {
         jobs_compared: total.jobs,
         simulated_never_released: never,
-        start_latency_ms,
+        start_latency_ms: latency.start_ms,
         by_class: by_class
             .into_iter()
             .map(|(name, sums)| sums.class(name))
@@ -271,6 +275,34 @@ mod tests {
         assert!(f.by_class[0].relative_error.unwrap().abs() < 1e-9);
         assert!(
             (f.total.simulated_mean_s - 12.04).abs() < 1e-9,
+            "{:?}",
+            f.total
+        );
+        // A profile: releases decided in [10 s, 20 s) start after 4 s, the
+        // rest after the median's 1 s. j0 as before (decided at 0.02 s,
+        // compared at 1.02 s, holding until 11.02 s); j1 decided at
+        // 11.04 s, compared and holding from 15.04 s, its quota free at
+        // 25.04 s; j2 decided at 25.06 s, compared at 26.06 s.
+        let profiled = crate::engine::Settings {
+            latency: crate::engine::Latency {
+                start_ms: 1_000,
+                profile: Some(std::sync::Arc::new(crate::engine::LatencyProfile {
+                    start_ms: 10_000,
+                    bucket_ms: 10_000,
+                    buckets: vec![crate::engine::LatencyBucket {
+                        start_ms: Some(4_000),
+                        ..Default::default()
+                    }],
+                })),
+                ..crate::engine::Latency::default()
+            },
+            ..settings
+        };
+        let report = crate::simulate(&cluster, &trace, profiled).unwrap();
+        let f = report.fidelity.unwrap();
+        let mean = (1.02 + 15.04 + 26.06) / 3.0;
+        assert!(
+            (f.total.simulated_mean_s - mean).abs() < 1e-9,
             "{:?}",
             f.total
         );

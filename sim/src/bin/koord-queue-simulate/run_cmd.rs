@@ -3,13 +3,14 @@
 use std::fmt::Write as _;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use koord_queue_core::RootCapacity;
 use koord_queue_model::{Resources, parse_duration, parse_quantity};
 use koord_queue_sim::cluster::Cluster;
-use koord_queue_sim::engine::{Latency, Settings};
+use koord_queue_sim::engine::{Latency, LatencyProfile, Settings};
 use koord_queue_sim::report::{Report, compare, html};
 use koord_queue_sim::trace::trace_jobs;
 
@@ -71,6 +72,11 @@ pub struct RunArgs {
     /// millisecond (docs/simulate.md).
     #[arg(long, default_value = "0ms", value_parser = parse_duration)]
     latency_spread: Duration,
+    /// How the admission, start and free latencies moved over a run (JSON,
+    /// as `bench-e2e --trace-out` writes it): where it has a figure for the
+    /// moment a step begins, that figure replaces the fixed latency.
+    #[arg(long)]
+    latency_profile: Option<PathBuf>,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -78,8 +84,12 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl RunArgs {
-    fn settings(&self) -> Settings {
-        Settings {
+    fn settings(&self) -> Result<Settings> {
+        let profile = match &self.latency_profile {
+            Some(path) => Some(Arc::new(read_profile(path)?)),
+            None => None,
+        };
+        Ok(Settings {
             cycle_batch_ms: ms(self.cycle_batch),
             housekeeping_ms: ms(self.housekeeping),
             seed: self.seed,
@@ -90,9 +100,10 @@ impl RunArgs {
                 evict_ms: ms(self.evict_latency),
                 requeue_ms: ms(self.requeue_latency),
                 spread_ms: ms(self.latency_spread),
+                profile,
             },
             bucket_ms: None,
-        }
+        })
     }
 
     fn cluster(&self, extra: Option<&Path>) -> Result<Cluster> {
@@ -109,6 +120,18 @@ impl RunArgs {
             None => cluster,
         })
     }
+}
+
+/// A latency profile from its JSON file, checked.
+fn read_profile(path: &Path) -> Result<LatencyProfile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let profile: LatencyProfile = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a latency profile", path.display()))?;
+    profile
+        .validate()
+        .with_context(|| format!("{}", path.display()))?;
+    Ok(profile)
 }
 
 /// The groups of the terminal's table.
@@ -215,8 +238,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let [a, b] = args.compare.as_slice() {
         let (ca, cb) = (args.cluster(Some(a))?, args.cluster(Some(b))?);
         let (na, nb) = (a.display().to_string(), b.display().to_string());
-        let ra = one(&ca, trace, args.settings(), &na)?;
-        let rb = one(&cb, trace, args.settings(), &nb)?;
+        let ra = one(&ca, trace, args.settings()?, &na)?;
+        let rb = one(&cb, trace, args.settings()?, &nb)?;
         print!(
             "A = {na}\n{}B = {nb}\n{}",
             text_summary(&ra, args.by),
@@ -248,7 +271,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("give --objects (or --compare A B)");
     }
     let cluster = args.cluster(None)?;
-    let report = one(&cluster, trace, args.settings(), "run")?;
+    let report = one(&cluster, trace, args.settings()?, "run")?;
     print!("{}", text_summary(&report, args.by));
     if let Some(path) = &args.out {
         write(path, &serde_json::to_string_pretty(&report)?)?;
@@ -258,4 +281,53 @@ pub fn run(args: &RunArgs) -> Result<()> {
         write(path, &html::report(&title, &report))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::read_profile;
+
+    #[test]
+    fn a_latency_profile_is_read_checked_and_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.json");
+        std::fs::write(
+            &good,
+            r#"{"startMs": 0, "bucketMs": 10000, "buckets": [{"startMs": 4000}]}"#,
+        )
+        .unwrap();
+        let p = read_profile(&good).unwrap();
+        assert_eq!(p.buckets[0].start_ms, Some(4_000));
+        for (name, text, says) in [
+            (
+                "zero.json",
+                r#"{"startMs": 0, "bucketMs": 0, "buckets": []}"#,
+                "bucketMs must be positive",
+            ),
+            (
+                "negative.json",
+                r#"{"startMs": 0, "bucketMs": 5, "buckets": [{"freeMs": -1}]}"#,
+                "negative latency",
+            ),
+            (
+                "typo.json",
+                r#"{"startMs": 0, "bucketMs": 5, "bucket": []}"#,
+                "not a latency profile",
+            ),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", read_profile(&path).unwrap_err());
+            assert!(error.contains(says) && error.contains(name), "{error}");
+        }
+        let missing = format!(
+            "{:#}",
+            read_profile(&dir.path().join("none.json")).unwrap_err()
+        );
+        assert!(
+            missing.contains("reading") && missing.contains("none.json"),
+            "{missing}"
+        );
+    }
 }
