@@ -297,6 +297,32 @@ struct Runs {
     profiled: Simulated,
 }
 
+/// Each job's submission and release, real and simulated three ways (ms;
+/// empty where none), as CSV: the material to compare orders by queue,
+/// class or time.
+fn releases_csv(trace: &[TraceJob], runs: &Runs) -> String {
+    let cell = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::from(
+        "namespace,name,quota,class,submit_ms,real_release_ms,no_latency_ms,median_latencies_ms,latency_profile_ms\n",
+    );
+    for (i, j) in trace.iter().enumerate() {
+        let sim = |s: &Simulated| cell(s.releases.get(i).copied().flatten());
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{}\n",
+            j.namespace,
+            j.name.as_deref().unwrap_or(""),
+            j.quota.as_deref().unwrap_or(""),
+            j.priority_class.as_deref().unwrap_or(""),
+            j.submit_ms,
+            cell(j.observed.as_ref().and_then(|o| o.release_ms)),
+            sim(&runs.zero),
+            sim(&runs.measured),
+            sim(&runs.profiled),
+        ));
+    }
+    out
+}
+
 /// Per class: the mean time to release of the jobs submitted in each
 /// second, real and simulated (without latency, with the run's medians,
 /// with its latency profile).
@@ -378,7 +404,8 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
 /// and latency profile (`latency-profile.json`) into `dir`, simulates the
 /// trace with no latency, with the run's median latencies and with its
 /// profile (the scheduler's `cycle_batch_ms`), and writes the comparison
-/// (`fidelity.json`, `fidelity.svg`); returns its JSON.
+/// (`fidelity.json`, `fidelity.svg`, each job's releases in
+/// `releases.csv`); returns its JSON.
 pub fn write_and_compare(
     dir: &Path,
     shape: &Shape,
@@ -449,6 +476,7 @@ pub fn write_and_compare(
         l.free_ms
     );
     write(&dir.join("fidelity.svg"), plot(&jobs, &runs, &subtitle))?;
+    write(&dir.join("releases.csv"), releases_csv(&jobs, &runs))?;
     Ok(json)
 }
 
@@ -597,5 +625,76 @@ mod tests {
             (l.start_at(15_000), l.start_at(35_000)),
             (2_020, m.start_ms)
         );
+    }
+
+    /// The files a fidelity run writes, from a small stream: the three
+    /// simulations compared, the profile the third one read, one CSV row
+    /// per job of the trace.
+    #[test]
+    fn a_fidelity_run_writes_its_comparison_profile_and_releases() {
+        let shape = Shape::new("t", 60, 30, 5, crate::shape::CLASSES).unwrap();
+        let n = shape.jobs.len();
+        let mut timelines = vec![JobTimeline::default(); n];
+        let mut units = vec![None; n];
+        for i in 0..8 {
+            let runtime = shape.jobs[i].runtime.as_secs_f64();
+            let created = 0.1 * i as f64;
+            let t = &mut timelines[i];
+            t.created = Some(created);
+            t.releases = vec![created + 1.0];
+            t.completion_sent = Some(created + 1.0 + runtime);
+            t.finished = Some(created + 1.2 + runtime);
+            units[i] = Some(UnitTimes {
+                seen: created + 0.3,
+                released: Some(created + 0.9),
+                succeeded: Some(created + 1.5 + runtime),
+            });
+        }
+        let dir = std::env::temp_dir().join(format!("kq-fidelity-{}", std::process::id()));
+        let json = super::write_and_compare(&dir, &shape, None, 20, &timelines, &units).unwrap();
+        for key in [
+            "with_latency_profile",
+            "with_measured_latencies",
+            "without_latency",
+        ] {
+            assert_eq!(json[key]["jobs_compared"], 8, "{key}: {}", json[key]);
+        }
+        assert!(
+            json["simulate_command_profiled"]
+                .as_str()
+                .unwrap()
+                .contains("--latency-profile")
+        );
+        let profile: koord_queue_sim::engine::LatencyProfile = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("latency-profile.json")).unwrap(),
+        )
+        .unwrap();
+        // Eight jobs in the first 10 s: admission 0.3 s, start 0.6 s less
+        // the 0.2 s round trip, free 0.2 s.
+        assert_eq!(profile.buckets.len(), 1);
+        let b = profile.buckets[0];
+        assert_eq!(
+            (b.admit_ms, b.start_ms, b.free_ms),
+            (Some(300), Some(400), Some(200))
+        );
+        let csv = std::fs::read_to_string(dir.join("releases.csv")).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 9, "{csv}");
+        assert!(lines[0].starts_with("namespace,name,quota,class,submit_ms,real_release_ms"));
+        // Every row has all nine columns, a real and three simulated releases.
+        for row in &lines[1..] {
+            let cells: Vec<&str> = row.split(',').collect();
+            assert_eq!(cells.len(), 9, "{row}");
+            assert!(cells[5..].iter().all(|c| c.parse::<i64>().is_ok()), "{row}");
+        }
+        for file in [
+            "trace.jsonl",
+            "cluster.yaml",
+            "fidelity.json",
+            "fidelity.svg",
+        ] {
+            assert!(dir.join(file).is_file(), "{file}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
