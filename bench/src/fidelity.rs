@@ -250,24 +250,59 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
     }
 }
 
-/// One simulation of the trace: its fidelity and each job's simulated
-/// release (ms, start latency included), in the trace's order.
+/// Runs of each simulation with a latency spread, with consecutive seeds:
+/// near saturation the seed alone moves a class's mean by a fifth, so one
+/// run is one draw; eight take ~5 s at 15,000 jobs.
+pub const FIDELITY_SEEDS: u64 = 8;
+
+/// The simulations of the trace with one setting: their fidelity (each
+/// job by its mean release over the runs) and each job's mean simulated
+/// release (ms, its start latency included; `None` where a run never
+/// released it), in the trace's order.
 struct Simulated {
     fidelity: Option<Fidelity>,
     releases: Vec<Option<i64>>,
     seconds: f64,
 }
 
-fn simulate(cluster: &Cluster, trace: &[TraceJob], settings: Settings) -> Result<Simulated> {
+fn simulate(
+    cluster: &Cluster,
+    trace: &[TraceJob],
+    settings: Settings,
+    seeds: u64,
+) -> Result<Simulated> {
     let started = std::time::Instant::now();
     let latency = settings.latency.clone();
-    let mut sim = koord_queue_sim::prepare(cluster, trace.iter().cloned().map(Ok), settings)?;
-    sim.run(None);
-    let fidelity = report::fidelity::of(&sim, &latency);
-    let releases = sim
-        .outcomes()
-        .iter()
-        .map(|o| o.first_release_ms.map(|r| r + latency.start_at(r)))
+    let mut runs = Vec::new();
+    let mut jobs = Vec::new();
+    for k in 0..seeds.max(1) {
+        let seeded = Settings {
+            seed: settings.seed.wrapping_add(k),
+            ..settings.clone()
+        };
+        let mut sim = koord_queue_sim::prepare(cluster, trace.iter().cloned().map(Ok), seeded)?;
+        sim.run(None);
+        runs.push(report::fidelity::first_releases(&sim));
+        if k == 0 {
+            jobs = sim.jobs().to_vec();
+        }
+    }
+    let fidelity = report::fidelity::of_runs(&jobs, &runs, &latency);
+    let releases = (0..jobs.len())
+        .map(|i| {
+            let starts: Option<Vec<i64>> = runs
+                .iter()
+                .map(|run| {
+                    run.get(i)
+                        .copied()
+                        .flatten()
+                        .map(|r| r + latency.start_at(r))
+                })
+                .collect();
+            let starts = starts?;
+            let n = i64::try_from(starts.len()).ok()?.max(1);
+            Some(starts.iter().sum::<i64>() / n)
+        })
         .collect();
     Ok(Simulated {
         fidelity,
@@ -433,14 +468,25 @@ pub fn write_and_compare(
         ..Settings::default()
     };
     let runs = Runs {
-        zero: simulate(&cluster, &jobs, settings(Latency::default()))?,
-        measured: simulate(&cluster, &jobs, settings(measured.latency()))?,
-        profiled: simulate(&cluster, &jobs, settings(measured.profiled_latency()))?,
+        // Without latency there is no spread for a seed to draw.
+        zero: simulate(&cluster, &jobs, settings(Latency::default()), 1)?,
+        measured: simulate(
+            &cluster,
+            &jobs,
+            settings(measured.latency()),
+            FIDELITY_SEEDS,
+        )?,
+        profiled: simulate(
+            &cluster,
+            &jobs,
+            settings(measured.profiled_latency()),
+            FIDELITY_SEEDS,
+        )?,
     };
     let l = measured.latency();
     let command = |spread_ms: i64, profile: &str| {
         format!(
-            "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms --latency-spread {spread_ms}ms{profile}",
+            "koord-queue-simulate run --objects {dir}/cluster.yaml --trace {dir}/trace.jsonl --cycle-batch {cycle_batch_ms}ms --admit-latency {}ms --start-latency {}ms --free-latency {}ms --evict-latency {}ms --latency-spread {spread_ms}ms --seeds {FIDELITY_SEEDS}{profile}",
             l.admit_ms,
             l.start_ms,
             l.free_ms,
@@ -455,7 +501,7 @@ pub fn write_and_compare(
     let json = json!({
         "jobs": jobs.len(),
         "latencies_measured": measured,
-        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile; the profile: the same medians per 10 s by when the step began (create sent, unit seen released, completion sent), its spread the start latencies' around their bucket's median",
+        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile; the profile: the same medians per 10 s by when the step began (create sent, unit seen released, completion sent), its spread the start latencies' around their bucket's median; with a spread, each simulation is run with 8 seeds and each job compared by its mean release",
         "simulate_command": command(l.spread_ms, ""),
         "simulate_command_profiled": command(measured.start_spread_in_bucket_ms, &profile_flag),
         "with_latency_profile": runs.profiled.fidelity,
@@ -659,6 +705,10 @@ mod tests {
         ] {
             assert_eq!(json[key]["jobs_compared"], 8, "{key}: {}", json[key]);
         }
+        // With latencies, eight seeds; without, one (no spread to draw).
+        assert_eq!(json["with_latency_profile"]["runs"], 8);
+        assert_eq!(json["with_measured_latencies"]["runs"], 8);
+        assert_eq!(json["without_latency"]["runs"], 1);
         assert!(
             json["simulate_command_profiled"]
                 .as_str()

@@ -83,6 +83,38 @@ pub fn simulate_stream(
     Ok(report)
 }
 
+/// Runs the trace `seeds` times, with the seeds `settings.seed`, the next,
+/// and so on (`trace` gives the stream afresh for each run), and reports
+/// the first run with the fidelity of all of them
+/// ([`report::fidelity::of_runs`]): near saturation one seed's run is one
+/// draw among many, and the report says how far the seed alone moves it.
+pub fn simulate_seeds<I>(
+    cluster: &Cluster,
+    mut trace: impl FnMut() -> Result<I, SimError>,
+    settings: Settings,
+    seeds: u64,
+) -> Result<Report, SimError>
+where
+    I: IntoIterator<Item = Result<TraceJob, TraceError>>,
+{
+    let (first_seed, latency) = (settings.seed, settings.latency.clone());
+    let mut sim = prepare(cluster, trace()?, settings.clone())?;
+    let run = sim.run(None);
+    let mut runs = vec![report::fidelity::first_releases(&sim)];
+    for k in 1..seeds.max(1) {
+        let seeded = Settings {
+            seed: first_seed.wrapping_add(k),
+            ..settings.clone()
+        };
+        let mut other = prepare(cluster, trace()?, seeded)?;
+        other.run(None);
+        runs.push(report::fidelity::first_releases(&other));
+    }
+    let mut report = report::build(&mut sim, cluster, run, first_seed);
+    report.fidelity = report::fidelity::of_runs(sim.jobs(), &runs, &latency);
+    Ok(report)
+}
+
 /// [`simulate_stream`] of jobs in memory.
 pub fn simulate(
     cluster: &Cluster,

@@ -405,3 +405,69 @@ fn a_latency_profile_gives_each_step_the_latency_of_its_moment() {
     assert_eq!(releases, [Some(20), Some(13_040), Some(26_160)]);
     assert_eq!(ends, [Some(11_020), Some(26_040), Some(36_160)]);
 }
+
+/// `--seeds`: runs with consecutive seeds, the report of the first and the
+/// fidelity of all. The same seeds give the same report; one seed is
+/// `simulate`'s report; with a spread, other seeds move the releases, and
+/// each class's range holds its mean.
+#[test]
+fn runs_over_seeds_repeat_and_bracket_the_class_means() {
+    use koord_queue_sim::simulate_seeds;
+    use koord_queue_sim::trace::Observed;
+    let cluster = two_quotas("4");
+    let trace: Vec<TraceJob> = (0..200)
+        .map(|i| {
+            let (quota, cpu) = if i % 3 == 0 { ("b", 2) } else { ("a", 1) };
+            let mut j = job(
+                &format!("j{i}"),
+                quota,
+                cpu,
+                i * 300,
+                1_000 + (i * 7919) % 4_000,
+            );
+            // A class for the report, its priority given (no PriorityClass).
+            j.priority_class = Some(quota.into());
+            j.priority = Some(0);
+            j.observed = Some(Observed {
+                release_ms: Some(i * 300 + 2_000),
+                finish_ms: None,
+            });
+            j
+        })
+        .collect();
+    let seeds = |n: u64, seed: u64| {
+        let stream = || Ok(trace.iter().cloned().map(Ok).collect::<Vec<_>>());
+        simulate_seeds(&cluster, stream, spread_settings(2_000, seed), n).unwrap()
+    };
+    let json = |r: &koord_queue_sim::report::Report| serde_json::to_string(r).unwrap();
+    assert_eq!(json(&seeds(4, 3)), json(&seeds(4, 3)));
+    assert_eq!(
+        json(&seeds(1, 3)),
+        json(&simulate(&cluster, &trace, spread_settings(2_000, 3)).unwrap())
+    );
+    let four = seeds(4, 3).fidelity.unwrap();
+    assert_eq!((four.runs, four.jobs_compared), (4, 200));
+    // The report itself is the first run's.
+    assert_eq!(
+        json(&{
+            let mut r = seeds(4, 3);
+            r.fidelity = None;
+            r
+        }),
+        json(&{
+            let mut r = seeds(1, 3);
+            r.fidelity = None;
+            r
+        })
+    );
+    let mut moved = false;
+    for class in &four.by_class {
+        let [low, high] = class.simulated_range_s.unwrap();
+        assert!(
+            low <= class.simulated_mean_s && class.simulated_mean_s <= high,
+            "{class:?}"
+        );
+        moved |= high > low;
+    }
+    assert!(moved, "{:?}", four.by_class);
+}

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Latency, Simulation};
+use crate::job::Job;
 
 /// The fidelity section of a report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +25,10 @@ pub struct Fidelity {
     pub jobs_compared: usize,
     /// Jobs with a real release the simulation never released.
     pub simulated_never_released: usize,
+    /// Simulations compared (`--seeds`): with more than one, a job's
+    /// simulated release is its mean over them.
+    #[serde(default = "one_run")]
+    pub runs: usize,
     /// Added to each simulated release before comparing (`--start-latency`;
     /// with a latency profile, where it has a figure, the figure of the
     /// release's moment instead).
@@ -54,6 +59,14 @@ pub struct ClassFidelity {
     pub observed_mean_s: f64,
     /// (simulated − real) / real; `None` when the real mean is 0.
     pub relative_error: Option<f64>,
+    /// With several runs: the lowest and the highest of their means (s),
+    /// the spread the seed alone gives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated_range_s: Option<[f64; 2]>,
+}
+
+fn one_run() -> usize {
+    1
 }
 
 #[derive(Default)]
@@ -80,6 +93,7 @@ impl Sums {
             simulated_mean_s: simulated,
             observed_mean_s: observed,
             relative_error: (observed > 0.0).then(|| (simulated - observed) / observed),
+            simulated_range_s: None,
         }
     }
 }
@@ -88,22 +102,57 @@ impl Sums {
 /// (`None` when none had), each simulated release taken its start latency
 /// later (`latency`, the run's; see the module's comment).
 pub fn of(sim: &Simulation, latency: &Latency) -> Option<Fidelity> {
+    of_runs(sim.jobs(), &[first_releases(sim)], latency)
+}
+
+/// Each job's first release in a finished run (decision times, ms), in the
+/// order of its jobs: what [`of_runs`] keeps of a run.
+pub fn first_releases(sim: &Simulation) -> Vec<Option<i64>> {
+    sim.outcomes().iter().map(|o| o.first_release_ms).collect()
+}
+
+/// The fidelity of several finished runs of one trace that differ by their
+/// seed. Near saturation the seed alone moves a class's mean by a fifth
+/// (which job takes a freed core decides who waits next), so one run is a
+/// single draw: each job's simulated release is its mean over the runs
+/// that all released it, and each class also gets the range of the runs'
+/// own means. A job some run never released counts as never released.
+/// `runs` are the runs' [`first_releases`] of `jobs`.
+pub fn of_runs(jobs: &[Job], runs: &[Vec<Option<i64>>], latency: &Latency) -> Option<Fidelity> {
+    if runs.is_empty() {
+        return None;
+    }
     let mut by_class: BTreeMap<String, Sums> = BTreeMap::new();
+    let mut per_run: BTreeMap<String, Vec<Sums>> = BTreeMap::new();
     let mut total = Sums::default();
     let (mut simulated, mut observed) = (Vec::new(), Vec::new());
     let (mut simulated_waits, mut observed_waits) = (Vec::new(), Vec::new());
     let mut never = 0;
     let mut any = false;
-    for (job, o) in sim.jobs().iter().zip(sim.outcomes()) {
+    let mut starts = Vec::with_capacity(runs.len());
+    for (index, job) in jobs.iter().enumerate() {
         let Some(real_wait) = job.observed_wait_ms else {
             continue;
         };
         any = true;
-        let Some(release) = o.first_release_ms else {
+        starts.clear();
+        for run in runs {
+            let release = run.get(index).copied().flatten();
+            starts.extend(release.map(|r| r + latency.start_at(r)));
+        }
+        if starts.len() < runs.len() {
             never += 1;
             continue;
-        };
-        let started = release + latency.start_at(release);
+        }
+        let class = per_run
+            .entry(job.class.to_string())
+            .or_insert_with(|| runs.iter().map(|_| Sums::default()).collect());
+        for (sums, start) in class.iter_mut().zip(&starts) {
+            sums.add(start - job.submit_ms, real_wait);
+        }
+        // Means of milliseconds: a run of a trace is far below i64's range.
+        let started =
+            (starts.iter().map(|s| i128::from(*s)).sum::<i128>() / runs.len() as i128) as i64;
         let sim_wait = started - job.submit_ms;
         by_class
             .entry(job.class.to_string())
@@ -118,13 +167,29 @@ pub fn of(sim: &Simulation, latency: &Latency) -> Option<Fidelity> {
     if !any {
         return None;
     }
+    let range = |runs_of_class: Vec<Sums>| {
+        let means: Vec<f64> = runs_of_class
+            .into_iter()
+            .map(|s| s.class(String::new()).simulated_mean_s)
+            .collect();
+        let low = means.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        [low, high]
+    };
     Some(Fidelity {
         jobs_compared: total.jobs,
         simulated_never_released: never,
+        runs: runs.len(),
         start_latency_ms: latency.start_ms,
         by_class: by_class
             .into_iter()
-            .map(|(name, sums)| sums.class(name))
+            .map(|(name, sums)| {
+                let mut class = sums.class(name);
+                if runs.len() > 1 {
+                    class.simulated_range_s = per_run.remove(&class.name).map(range);
+                }
+                class
+            })
             .collect(),
         total: total.class("total".into()),
         release_order_spearman: spearman(&simulated, &observed),
@@ -324,5 +389,65 @@ mod tests {
         assert_eq!(spearman(&[1.0], &[1.0]), None);
         assert_eq!(spearman(&[1.0, 2.0], &[3.0, 3.0]), None);
         assert_eq!(spearman(&[1.0, 2.0], &[1.0]), None);
+    }
+
+    /// Two runs of one trace: each job compared by its mean release, each
+    /// class given the range of the runs' means; a job one run never
+    /// released is left out as never released, a job without a real
+    /// release is not compared.
+    #[test]
+    fn runs_are_compared_by_each_jobs_mean_release() {
+        use std::sync::Arc;
+        let job = |name: &str, class: &str, observed: Option<i64>| crate::job::Job {
+            namespace: Arc::from("ns"),
+            name: Box::from(name),
+            quota: None,
+            queue: Arc::from("q"),
+            priority: 0,
+            class: Arc::from(class),
+            submit_ms: 0,
+            run_ms: 1_000,
+            bounded_out: false,
+            max_run_ms: None,
+            request: Default::default(),
+            labels: Default::default(),
+            observed_wait_ms: observed,
+        };
+        let jobs = [
+            job("j0", "x", Some(1_000)),
+            job("j1", "x", Some(3_000)),
+            job("j2", "y", Some(2_000)),
+            job("j3", "y", None),
+        ];
+        let a = vec![Some(500), Some(2_500), Some(1_000), Some(0)];
+        let b = vec![Some(1_500), Some(3_500), None, Some(0)];
+        let latency = crate::engine::Latency {
+            start_ms: 100,
+            ..Default::default()
+        };
+        let f = super::of_runs(&jobs, &[a.clone(), b], &latency).unwrap();
+        assert_eq!(
+            (f.runs, f.jobs_compared, f.simulated_never_released),
+            (2, 2, 1)
+        );
+        assert_eq!(f.by_class.len(), 1);
+        let x = &f.by_class[0];
+        // Means 1,000 and 3,000 ms, each 100 ms of start latency later.
+        assert!((x.simulated_mean_s - 2.1).abs() < 1e-9, "{x:?}");
+        assert!((x.observed_mean_s - 2.0).abs() < 1e-9);
+        let [low, high] = x.simulated_range_s.unwrap();
+        assert!(
+            (low - 1.6).abs() < 1e-9 && (high - 2.6).abs() < 1e-9,
+            "{low} {high}"
+        );
+        assert!((f.release_order_spearman.unwrap() - 1.0).abs() < 1e-9);
+        // One run: no range, every job with a real release compared.
+        let one = super::of_runs(&jobs, &[a], &latency).unwrap();
+        assert_eq!(
+            (one.runs, one.jobs_compared, one.simulated_never_released),
+            (1, 3, 0)
+        );
+        assert!(one.by_class.iter().all(|c| c.simulated_range_s.is_none()));
+        assert!(super::of_runs(&jobs, &[], &latency).is_none());
     }
 }

@@ -12,7 +12,7 @@ use koord_queue_model::{Resources, parse_duration, parse_quantity};
 use koord_queue_sim::cluster::Cluster;
 use koord_queue_sim::engine::{Latency, LatencyProfile, Settings};
 use koord_queue_sim::report::{Report, compare, html};
-use koord_queue_sim::trace::trace_jobs;
+use koord_queue_sim::trace::{TraceError, trace_jobs};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -77,6 +77,12 @@ pub struct RunArgs {
     /// moment a step begins, that figure replaces the fixed latency.
     #[arg(long)]
     latency_profile: Option<PathBuf>,
+    /// Runs of the trace, with the seeds --seed, --seed+1, …: the report is
+    /// the first run's, its fidelity section compares each job's mean
+    /// release over all of them and gives each class the range of the
+    /// runs' means (near saturation the seed alone moves them).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    seeds: u64,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -163,20 +169,33 @@ fn write(path: &Path, text: &str) -> Result<()> {
 
 /// Runs the trace at `path` on `cluster` (read as it runs: a million-job
 /// trace is not held whole), telling the wall time on stderr.
-fn one(cluster: &Cluster, path: &Path, settings: Settings, name: &str) -> Result<Report> {
+fn one(
+    cluster: &Cluster,
+    path: &Path,
+    settings: Settings,
+    seeds: u64,
+    name: &str,
+) -> Result<Report> {
     let started = Instant::now();
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let report = koord_queue_sim::simulate_stream(
-        cluster,
-        trace_jobs(BufReader::with_capacity(1 << 20, file)),
-        settings,
-    )?;
+    // Opened once here for the error's context, then once per run.
+    std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let stream = || {
+        let file = std::fs::File::open(path).map_err(TraceError::Io)?;
+        Ok(trace_jobs(BufReader::with_capacity(1 << 20, file)))
+    };
+    let report = koord_queue_sim::simulate_seeds(cluster, stream, settings, seeds)?;
     eprintln!(
-        "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s (at most {} waiting at once)",
+        "{name}: {} jobs, {} cycles, {} events simulated in {:.2} s{} (at most {} waiting at once)",
         report.summary.jobs,
         report.summary.cycles,
         report.summary.events,
         started.elapsed().as_secs_f64(),
+        if seeds > 1 {
+            let last = report.summary.seed.wrapping_add(seeds - 1);
+            format!(" ({seeds} runs, seeds {} to {last})", report.summary.seed)
+        } else {
+            String::new()
+        },
         report.summary.peak_waiting
     );
     Ok(report)
@@ -213,8 +232,13 @@ fn text_summary(report: &Report, by: By) -> String {
         let rho = |r: Option<f64>| r.map_or_else(|| "-".to_string(), |r| format!("{r:.3}"));
         let _ = writeln!(
             s,
-            "fidelity: {} jobs compared; release order Spearman {}, wait order {}",
+            "fidelity: {} jobs compared{}; release order Spearman {}, wait order {}",
             f.jobs_compared,
+            if f.runs > 1 {
+                format!(", each by its mean release over {} runs", f.runs)
+            } else {
+                String::new()
+            },
             rho(f.release_order_spearman),
             rho(f.wait_order_spearman)
         );
@@ -222,9 +246,12 @@ fn text_summary(report: &Report, by: By) -> String {
             let error = c
                 .relative_error
                 .map_or_else(|| "-".to_string(), |e| format!("{:+.1}%", e * 100.0));
+            let range = c.simulated_range_s.map_or_else(String::new, |[low, high]| {
+                format!("; runs {low:.2}-{high:.2} s")
+            });
             let _ = writeln!(
                 s,
-                "  {:<22} mean time to release simulated {:>8.2} s, real {:>8.2} s ({error})",
+                "  {:<22} mean time to release simulated {:>8.2} s, real {:>8.2} s ({error}{range})",
                 c.name, c.simulated_mean_s, c.observed_mean_s
             );
         }
@@ -238,8 +265,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let [a, b] = args.compare.as_slice() {
         let (ca, cb) = (args.cluster(Some(a))?, args.cluster(Some(b))?);
         let (na, nb) = (a.display().to_string(), b.display().to_string());
-        let ra = one(&ca, trace, args.settings()?, &na)?;
-        let rb = one(&cb, trace, args.settings()?, &nb)?;
+        let ra = one(&ca, trace, args.settings()?, args.seeds, &na)?;
+        let rb = one(&cb, trace, args.settings()?, args.seeds, &nb)?;
         print!(
             "A = {na}\n{}B = {nb}\n{}",
             text_summary(&ra, args.by),
@@ -271,7 +298,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("give --objects (or --compare A B)");
     }
     let cluster = args.cluster(None)?;
-    let report = one(&cluster, trace, args.settings()?, "run")?;
+    let report = one(&cluster, trace, args.settings()?, args.seeds, "run")?;
     print!("{}", text_summary(&report, args.by));
     if let Some(path) = &args.out {
         write(path, &serde_json::to_string_pretty(&report)?)?;
