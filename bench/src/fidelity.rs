@@ -73,6 +73,10 @@ pub struct Measured {
     pub start_ms: i64,
     /// Jobs measured for `start_ms`.
     pub start_jobs: usize,
+    /// The mean of the same start latencies: what a job holds on average
+    /// (by Little's law, what sets the throughput), against the median
+    /// the simulation is given.
+    pub start_mean_ms: i64,
     /// The spread of `start_ms` over those jobs, its 90th percentile less
     /// its 10th: `spread_ms`.
     pub start_spread_ms: i64,
@@ -236,7 +240,13 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
     let start_spread_in_bucket_ms = start.spread_in_buckets();
     let (admit_ms, admit_jobs, _) = median_ms(admit.values());
     let (free_ms, free_jobs, _) = median_ms(free.values());
-    let (start_ms, start_jobs, start_spread_ms) = median_ms(start.values());
+    let start_values = start.values();
+    let start_mean_ms = if start_values.is_empty() {
+        0
+    } else {
+        ms(start_values.iter().sum::<f64>() / start_values.len() as f64)
+    };
+    let (start_ms, start_jobs, start_spread_ms) = median_ms(start_values);
     Measured {
         admit_ms: admit_ms.max(0),
         admit_jobs,
@@ -245,6 +255,7 @@ pub fn measure(shape: &Shape, timelines: &[JobTimeline], units: &[Option<UnitTim
         start_ms: start_ms.max(0),
         start_jobs,
         start_spread_ms: start_spread_ms.max(0),
+        start_mean_ms,
         profile,
         start_spread_in_bucket_ms,
     }
@@ -603,7 +614,7 @@ mod tests {
         let m = measure(&shape, &timelines, &units);
         assert_eq!((m.admit_ms, m.admit_jobs), (150, 4));
         assert_eq!((m.free_ms, m.free_jobs), (200, 4));
-        assert_eq!((m.start_ms, m.start_jobs), (400, 3));
+        assert_eq!((m.start_ms, m.start_jobs, m.start_mean_ms), (400, 3, 400));
         let l = m.latency();
         assert_eq!((l.admit_ms, l.start_ms, l.free_ms), (150, 400, 200));
         assert!(shape.jobs[0].runtime > Duration::ZERO);
