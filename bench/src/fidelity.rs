@@ -32,8 +32,13 @@ fn ms(seconds: f64) -> i64 {
 
 /// The run as a trace, ordered by submission: each job of the shape that
 /// was created, submitted at its create (ms since the phase's start), with
-/// its first release and its finish as the job runtime saw them.
-pub fn trace(shape: &Shape, timelines: &[JobTimeline]) -> Vec<TraceJob> {
+/// its first release and its finish as the job runtime saw them and when
+/// its unit was first seen (`units`, by job).
+pub fn trace(
+    shape: &Shape,
+    timelines: &[JobTimeline],
+    units: &[Option<UnitTimes>],
+) -> Vec<TraceJob> {
     let mut jobs: Vec<TraceJob> = shape_import::trace(shape)
         .into_iter()
         .filter_map(|mut job| {
@@ -43,6 +48,7 @@ pub fn trace(shape: &Shape, timelines: &[JobTimeline]) -> Vec<TraceJob> {
             job.observed = Some(Observed {
                 release_ms: t.releases.first().map(|r| ms(*r)),
                 finish_ms: t.finished.map(ms),
+                admitted_ms: units.get(i).copied().flatten().map(|u| ms(u.seen)),
             });
             Some(job)
         })
@@ -112,15 +118,18 @@ impl Measured {
             requeue_ms: 0,
             spread_ms: self.start_spread_ms,
             profile: None,
+            admit_observed: false,
         }
     }
 
-    /// As [`Measured::latency`], with the profile, and the spread left
-    /// within its buckets.
+    /// The run's API replayed as far as it was measured: each job admitted
+    /// when its unit was seen, the start and free latencies of the profile,
+    /// the spread left within its buckets.
     pub fn profiled_latency(&self) -> Latency {
         Latency {
             spread_ms: self.start_spread_in_bucket_ms,
             profile: Some(Arc::new(self.profile.clone())),
+            admit_observed: true,
             ..self.latency()
         }
     }
@@ -461,7 +470,7 @@ pub fn write_and_compare(
     units: &[Option<UnitTimes>],
 ) -> Result<Value> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let jobs = trace(shape, timelines);
+    let jobs = trace(shape, timelines, units);
     let mut text = Vec::new();
     write_trace(&mut text, &jobs)?;
     write(&dir.join("trace.jsonl"), text)?;
@@ -506,13 +515,13 @@ pub fn write_and_compare(
         )
     };
     let profile_flag = format!(
-        " --latency-profile {}",
+        " --latency-profile {} --admit-observed",
         dir.join("latency-profile.json").display()
     );
     let json = json!({
         "jobs": jobs.len(),
         "latencies_measured": measured,
-        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile; the profile: the same medians per 10 s by when the step began (create sent, unit seen released, completion sent), its spread the start latencies' around their bucket's median; with a spread, each simulation is run with 8 seeds and each job compared by its mean release",
+        "latency_definitions": "medians over the run's jobs: admit = job create sent → its QueueUnit first seen by a watch; free = the job's completion sent → seen by the job runtime's watch; start = unit seen released → seen Succeed, less the runtime and that job's completion round trip (jobs released once); evict is taken as start (the same write path), requeue as 0; spread = start's 90th less its 10th percentile; the profile: the same medians per 10 s by when the step began (create sent, unit seen released, completion sent), its spread the start latencies' around their bucket's median, each job admitted when its unit was seen (--admit-observed); with a spread, each simulation is run with 8 seeds and each job compared by its mean release",
         "simulate_command": command(l.spread_ms, ""),
         "simulate_command_profiled": command(measured.start_spread_in_bucket_ms, &profile_flag),
         "with_latency_profile": runs.profiled.fidelity,
@@ -556,14 +565,24 @@ mod tests {
         timelines[0].releases = vec![3.0, 9.0];
         timelines[0].finished = Some(10.25);
         timelines[1].created = Some(1.0);
-        let t = trace(&shape, &timelines);
+        let mut units = vec![None; shape.jobs.len()];
+        units[0] = Some(UnitTimes {
+            seen: 2.75,
+            released: Some(3.0),
+            succeeded: None,
+        });
+        let t = trace(&shape, &timelines, &units);
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].name.as_deref(), Some(shape.jobs[1].name.as_str()));
         assert_eq!((t[0].submit_ms, t[1].submit_ms), (1000, 2500));
         let observed = t[1].observed.clone().unwrap();
         assert_eq!(
-            (observed.release_ms, observed.finish_ms),
-            (Some(3000), Some(10_250))
+            (
+                observed.release_ms,
+                observed.finish_ms,
+                observed.admitted_ms
+            ),
+            (Some(3000), Some(10_250), Some(2_750))
         );
         assert_eq!(t[0].observed.clone().unwrap().release_ms, None);
         // Sizes, classes and quotas are the importer's.

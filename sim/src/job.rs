@@ -119,6 +119,7 @@ impl JobBuilder {
                 .as_ref()
                 .and_then(|o| o.release_ms)
                 .map(|r| r - t.submit_ms),
+            observed_admit_ms: t.observed.as_ref().and_then(|o| o.admitted_ms),
         })
     }
 }

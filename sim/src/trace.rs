@@ -109,6 +109,11 @@ pub struct Observed {
     /// When it finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_ms: Option<i64>,
+    /// When its unit was first seen waiting (the webhook's admission and
+    /// the unit's create done): with `--admit-observed` the simulated unit
+    /// arrives then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_ms: Option<i64>,
 }
 
 /// A line that is not a job.

@@ -430,7 +430,7 @@ fn runs_over_seeds_repeat_and_bracket_the_class_means() {
             j.priority = Some(0);
             j.observed = Some(Observed {
                 release_ms: Some(i * 300 + 2_000),
-                finish_ms: None,
+                ..Observed::default()
             });
             j
         })
@@ -470,4 +470,42 @@ fn runs_over_seeds_repeat_and_bracket_the_class_means() {
         moved |= high > low;
     }
     assert!(moved, "{:?}", four.by_class);
+}
+
+/// `--admit-observed`: a job whose trace says when its unit was seen
+/// arrives then (never before its submission); one without arrives the
+/// admission latency after its submission, as without the flag.
+#[test]
+fn observed_admissions_are_replayed_where_the_trace_has_them() {
+    use koord_queue_sim::trace::Observed;
+    let cluster = two_quotas("4");
+    let seen = |mut j: TraceJob, admitted: i64| {
+        j.observed = Some(Observed {
+            admitted_ms: Some(admitted),
+            ..Observed::default()
+        });
+        j
+    };
+    let trace = [
+        seen(job("late", "a", 1, 0, 1_000), 3_000),
+        job("plain", "a", 1, 0, 1_000),
+        // Seen "before" it was sent (clocks of two watchers): at submission.
+        seen(job("early", "b", 1, 1_000, 1_000), 900),
+    ];
+    let settings = |admit_observed| Settings {
+        latency: engine::Latency {
+            admit_ms: 500,
+            admit_observed,
+            ..engine::Latency::default()
+        },
+        ..Settings::default()
+    };
+    let releases = |flag| -> Vec<Option<i64>> {
+        run_with(&cluster, &trace, settings(flag))
+            .iter()
+            .map(|o| o.first_release_ms)
+            .collect()
+    };
+    assert_eq!(releases(true), [Some(3_020), Some(520), Some(1_020)]);
+    assert_eq!(releases(false), [Some(520), Some(520), Some(1_520)]);
 }

@@ -40,6 +40,9 @@ pub struct Job {
     /// Its submission to its release in the real system, when the trace
     /// says.
     pub observed_wait_ms: Option<i64>,
+    /// When its unit was first seen waiting in the real system, when the
+    /// trace says (see [`super::Latency::admit_observed`]).
+    pub observed_admit_ms: Option<i64>,
 }
 
 impl Job {
@@ -69,6 +72,7 @@ impl Job {
             request: def.request.clone(),
             labels: Arc::new(def.labels.clone()),
             observed_wait_ms: None,
+            observed_admit_ms: None,
         }
     }
 

@@ -306,9 +306,15 @@ impl Simulation {
     /// Returns its index.
     pub fn add_job(&mut self, job: Job) -> usize {
         let i = self.push_job(job);
-        let submit = self.jobs[i as usize].submit_ms;
-        let admit = self.settings.latency.admit_at(submit) + self.spread(i, 0);
-        let at = submit + admit.max(0);
+        let job = &self.jobs[i as usize];
+        let submit = job.submit_ms;
+        let at = match job.observed_admit_ms {
+            Some(seen) if self.settings.latency.admit_observed => seen.max(submit),
+            _ => {
+                let admit = self.settings.latency.admit_at(submit) + self.spread(i, 0);
+                submit + admit.max(0)
+            }
+        };
         self.unreleased += 1;
         self.calendar.push_arrival(at, i);
         i as usize

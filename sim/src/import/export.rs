@@ -142,6 +142,8 @@ pub fn unit_job(
         observed: Some(Observed {
             release_ms: Some(release_ms),
             finish_ms: finish,
+            // The unit's own creation is the submission here.
+            admitted_ms: None,
         }),
     })
 }

@@ -170,6 +170,7 @@ pub fn read_swf(reader: impl BufRead, options: &SwfOptions) -> Result<SwfTrace, 
             observed: (wait >= 0).then(|| Observed {
                 release_ms: Some(submit_ms + wait * 1000),
                 finish_ms: Some(submit_ms + (wait + run) * 1000),
+                admitted_ms: None,
             }),
             ..TraceJob::default()
         });

@@ -301,7 +301,7 @@ mod tests {
             }],
             observed: observed_release.map(|r| Observed {
                 release_ms: Some(r),
-                finish_ms: None,
+                ..Observed::default()
             }),
             ..TraceJob::default()
         };
@@ -412,6 +412,7 @@ mod tests {
             request: Default::default(),
             labels: Default::default(),
             observed_wait_ms: observed,
+            observed_admit_ms: None,
         };
         let jobs = [
             job("j0", "x", Some(1_000)),

@@ -232,5 +232,6 @@ fn job_of(
         request: r.request.clone(),
         labels,
         observed_wait_ms: None,
+        observed_admit_ms: None,
     }
 }

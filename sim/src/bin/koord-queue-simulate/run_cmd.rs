@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// moment a step begins, that figure replaces the fixed latency.
     #[arg(long)]
     latency_profile: Option<PathBuf>,
+    /// A job whose trace says when its unit was first seen waiting
+    /// (`observed.admitted_ms`) arrives then, instead of
+    /// --admit-latency after its submission.
+    #[arg(long)]
+    admit_observed: bool,
     /// Runs of the trace, with the seeds --seed, --seed+1, …: the report is
     /// the first run's, its fidelity section compares each job's mean
     /// release over all of them and gives each class the range of the
@@ -107,6 +112,7 @@ impl RunArgs {
                 requeue_ms: ms(self.requeue_latency),
                 spread_ms: ms(self.latency_spread),
                 profile,
+                admit_observed: self.admit_observed,
             },
             bucket_ms: None,
         })
