@@ -3,9 +3,11 @@
 //! simulator's own importer makes them (`koord_queue_sim::import::shape`),
 //! each submitted when its create was sent and with the release and finish
 //! the job runtime saw (`observed`) — with the cluster objects the phase
-//! set up; the API's latencies measured from the run's own data; and the
-//! simulation of that trace, with and without those latencies, compared with
-//! what happened (the simulator's fidelity section).
+//! set up; the API's latencies measured from the run's own data, as medians
+//! and as they moved over the run; and the simulations of that trace —
+//! without latency, with the medians, with the run's API replayed (the
+//! latency profile and each job's admission as seen) — compared with what
+//! happened (the simulator's fidelity section).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -293,21 +295,10 @@ fn simulate(
 ) -> Result<Simulated> {
     let started = std::time::Instant::now();
     let latency = settings.latency.clone();
-    let mut runs = Vec::new();
-    let mut jobs = Vec::new();
-    for k in 0..seeds.max(1) {
-        let seeded = Settings {
-            seed: settings.seed.wrapping_add(k),
-            ..settings.clone()
-        };
-        let mut sim = koord_queue_sim::prepare(cluster, trace.iter().cloned().map(Ok), seeded)?;
-        sim.run(None);
-        runs.push(report::fidelity::first_releases(&sim));
-        if k == 0 {
-            jobs = sim.jobs().to_vec();
-        }
-    }
-    let fidelity = report::fidelity::of_runs(&jobs, &runs, &latency);
+    let stream = || Ok(trace.iter().cloned().map(Ok));
+    let seeded = koord_queue_sim::run_seeds(cluster, stream, settings, seeds)?;
+    let (jobs, runs) = (seeded.first.jobs(), &seeded.releases);
+    let fidelity = report::fidelity::of_runs(jobs, runs, &latency);
     let releases = (0..jobs.len())
         .map(|i| {
             let starts: Option<Vec<i64>> = runs

@@ -21,7 +21,7 @@ pub mod shape;
 pub mod trace;
 
 use cluster::{Cluster, ClusterError};
-use engine::{Settings, Simulation};
+use engine::{RunStats, Settings, Simulation};
 use job::JobBuilder;
 use report::Report;
 use trace::{TraceError, TraceJob};
@@ -90,7 +90,7 @@ pub fn simulate_stream(
 /// draw among many, and the report says how far the seed alone moves it.
 pub fn simulate_seeds<I>(
     cluster: &Cluster,
-    mut trace: impl FnMut() -> Result<I, SimError>,
+    trace: impl FnMut() -> Result<I, SimError>,
     settings: Settings,
     seeds: u64,
 ) -> Result<Report, SimError>
@@ -98,21 +98,53 @@ where
     I: IntoIterator<Item = Result<TraceJob, TraceError>>,
 {
     let (first_seed, latency) = (settings.seed, settings.latency.clone());
-    let mut sim = prepare(cluster, trace()?, settings.clone())?;
-    let run = sim.run(None);
-    let mut runs = vec![report::fidelity::first_releases(&sim)];
+    let mut runs = run_seeds(cluster, trace, settings, seeds)?;
+    let mut report = report::build(&mut runs.first, cluster, runs.first_stats, first_seed);
+    report.fidelity = report::fidelity::of_runs(runs.first.jobs(), &runs.releases, &latency);
+    Ok(report)
+}
+
+/// Runs of one trace with consecutive seeds.
+#[derive(Debug)]
+pub struct SeededRuns {
+    /// The first run (seed `settings.seed`), finished.
+    pub first: Simulation,
+    /// What the first run did.
+    pub first_stats: RunStats,
+    /// Every run's first releases, by job
+    /// ([`report::fidelity::first_releases`]); the first run's first.
+    pub releases: Vec<Vec<Option<i64>>>,
+}
+
+/// Runs the trace `seeds` times (at least once) with the seeds
+/// `settings.seed`, the next, and so on; `trace` gives the stream afresh
+/// for each run. Only the first run is kept whole.
+pub fn run_seeds<I>(
+    cluster: &Cluster,
+    mut trace: impl FnMut() -> Result<I, SimError>,
+    settings: Settings,
+    seeds: u64,
+) -> Result<SeededRuns, SimError>
+where
+    I: IntoIterator<Item = Result<TraceJob, TraceError>>,
+{
+    let mut first = prepare(cluster, trace()?, settings.clone())?;
+    let first_stats = first.run(None);
+    let mut releases = vec![report::fidelity::first_releases(&first)];
     for k in 1..seeds.max(1) {
         let seeded = Settings {
-            seed: first_seed.wrapping_add(k),
+            seed: settings.seed.wrapping_add(k),
             ..settings.clone()
         };
         let mut other = prepare(cluster, trace()?, seeded)?;
         other.run(None);
-        runs.push(report::fidelity::first_releases(&other));
+        releases.push(report::fidelity::first_releases(&other));
     }
-    let mut report = report::build(&mut sim, cluster, run, first_seed);
-    report.fidelity = report::fidelity::of_runs(sim.jobs(), &runs, &latency);
-    Ok(report)
+    Ok(SeededRuns {
+        first,
+        first_stats,
+        releases,
+    })
 }
 
 /// [`simulate_stream`] of jobs in memory.
