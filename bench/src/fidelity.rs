@@ -413,19 +413,19 @@ fn plot(trace: &[TraceJob], runs: &Runs, subtitle: &str) -> String {
                         dashed: false,
                     },
                     Line {
-                        label: "simulated, latency profile".into(),
+                        label: "simulated: API replayed".into(),
                         color: "#2ca02c",
                         points: simulated(&runs.profiled),
                         dashed: false,
                     },
                     Line {
-                        label: "simulated, median latencies".into(),
+                        label: "simulated: medians".into(),
                         color: "#1f77b4",
                         points: simulated(&runs.measured),
                         dashed: true,
                     },
                     Line {
-                        label: "simulated, no latency".into(),
+                        label: "simulated: no latency".into(),
                         color: "#7f7f7f",
                         points: simulated(&runs.zero),
                         dashed: true,
@@ -526,7 +526,7 @@ pub fn write_and_compare(
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let subtitle = format!(
-        "{} jobs; latencies measured in the run: admit {} ms, start {} ms, free {} ms",
+        "{} jobs; medians measured: admit {} ms, start {} ms, free {} ms; API replayed = latency profile + admissions as seen; {FIDELITY_SEEDS} seeds each",
         jobs.len(),
         l.admit_ms,
         l.start_ms,
