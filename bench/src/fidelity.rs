@@ -299,25 +299,9 @@ fn simulate(
     let seeded = koord_queue_sim::run_seeds(cluster, stream, settings, seeds)?;
     let (jobs, runs) = (seeded.first.jobs(), &seeded.releases);
     let fidelity = report::fidelity::of_runs(jobs, runs, &latency);
-    let releases = (0..jobs.len())
-        .map(|i| {
-            let starts: Option<Vec<i64>> = runs
-                .iter()
-                .map(|run| {
-                    run.get(i)
-                        .copied()
-                        .flatten()
-                        .map(|r| r + latency.start_at(r))
-                })
-                .collect();
-            let starts = starts?;
-            let n = i64::try_from(starts.len()).ok()?.max(1);
-            Some(starts.iter().sum::<i64>() / n)
-        })
-        .collect();
     Ok(Simulated {
         fidelity,
-        releases,
+        releases: report::fidelity::mean_starts(runs, &latency),
         seconds: started.elapsed().as_secs_f64(),
     })
 }

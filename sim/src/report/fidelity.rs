@@ -135,12 +135,7 @@ pub fn of_runs(jobs: &[Job], runs: &[Vec<Option<i64>>], latency: &Latency) -> Op
             continue;
         };
         any = true;
-        starts.clear();
-        for run in runs {
-            let release = run.get(index).copied().flatten();
-            starts.extend(release.map(|r| r + latency.start_at(r)));
-        }
-        if starts.len() < runs.len() {
+        if !starts_of(runs, index, latency, &mut starts) {
             never += 1;
             continue;
         }
@@ -150,9 +145,7 @@ pub fn of_runs(jobs: &[Job], runs: &[Vec<Option<i64>>], latency: &Latency) -> Op
         for (sums, start) in class.iter_mut().zip(&starts) {
             sums.add(start - job.submit_ms, real_wait);
         }
-        // Means of milliseconds: a run of a trace is far below i64's range.
-        let started =
-            (starts.iter().map(|s| i128::from(*s)).sum::<i128>() / runs.len() as i128) as i64;
+        let started = mean(&starts);
         let sim_wait = started - job.submit_ms;
         by_class
             .entry(job.class.to_string())
@@ -195,6 +188,39 @@ pub fn of_runs(jobs: &[Job], runs: &[Vec<Option<i64>>], latency: &Latency) -> Op
         release_order_spearman: spearman(&simulated, &observed),
         wait_order_spearman: spearman(&simulated_waits, &observed_waits),
     })
+}
+
+/// Job `index`'s simulated starts (release plus its start latency) in
+/// each of `runs`, into `out`; false when some run never released it.
+fn starts_of(
+    runs: &[Vec<Option<i64>>],
+    index: usize,
+    latency: &Latency,
+    out: &mut Vec<i64>,
+) -> bool {
+    out.clear();
+    for run in runs {
+        let release = run.get(index).copied().flatten();
+        out.extend(release.map(|r| r + latency.start_at(r)));
+    }
+    out.len() == runs.len()
+}
+
+/// The mean of `values` (ms; 0 for none). Means of milliseconds: a run of a
+/// trace is far below i64's range.
+fn mean(values: &[i64]) -> i64 {
+    let n = values.len().max(1) as i128;
+    (values.iter().map(|v| i128::from(*v)).sum::<i128>() / n) as i64
+}
+
+/// Each job's mean simulated start over `runs` (as [`of_runs`] compares
+/// it), `None` for a job some run never released.
+pub fn mean_starts(runs: &[Vec<Option<i64>>], latency: &Latency) -> Vec<Option<i64>> {
+    let jobs = runs.iter().map(Vec::len).max().unwrap_or(0);
+    let mut starts = Vec::with_capacity(runs.len());
+    (0..jobs)
+        .map(|i| starts_of(runs, i, latency, &mut starts).then(|| mean(&starts)))
+        .collect()
 }
 
 /// Ranks of `values`, 1-based, ties given the mean of the ranks they span
@@ -450,5 +476,14 @@ mod tests {
         );
         assert!(one.by_class.iter().all(|c| c.simulated_range_s.is_none()));
         assert!(super::of_runs(&jobs, &[], &latency).is_none());
+        // The same means, job by job, as the plot and releases.csv take them.
+        let b = vec![Some(1_500), Some(3_500), None, Some(0)];
+        assert_eq!(
+            super::mean_starts(
+                &[vec![Some(500), Some(2_500), Some(1_000), Some(0)], b],
+                &latency
+            ),
+            [Some(1_100), Some(3_100), None, Some(100)]
+        );
     }
 }
