@@ -20,6 +20,12 @@ impl JobKey {
     pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
         Self(Arc::from(format!("{kind}/{namespace}/{name}")))
     }
+
+    /// Whether `other` is this very copy (tests of the shared keys).
+    #[cfg(test)]
+    pub(crate) fn same_copy(&self, other: &JobKey) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// What the controller knows of a job that names a QueueUnit.
@@ -33,9 +39,10 @@ pub struct JobRecord {
     pub name: String,
     /// Uid.
     pub uid: Uid,
-    /// The `koord-queue/queue-unit` annotation.
-    pub unit_name: String,
-    /// Key of that unit, made once: passes over every job look it up.
+    /// Key of the unit its `koord-queue/queue-unit` annotation names, made
+    /// once: passes over every job look it up. The same copy as the key of
+    /// the controller's map of units where it has both
+    /// ([`JobRecord::share_unit_key`]); the name is read from it.
     pub unit: Key,
     /// Whether the job is held.
     pub held: bool,
@@ -84,12 +91,14 @@ impl JobRecord {
     /// The record of a job, or `None` when Koord-Queue does not queue it
     /// (no `koord-queue/queue-unit` annotation).
     pub fn from_object(adapter: &'static dyn JobAdapter, job: WatchedJob) -> Option<Self> {
-        let unit_name = job
-            .metadata
-            .annotations
-            .as_ref()?
-            .get(keys::QUEUE_UNIT_ANNOTATION)?
-            .clone();
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        let unit = key(
+            namespace,
+            job.metadata
+                .annotations
+                .as_ref()?
+                .get(keys::QUEUE_UNIT_ANNOTATION)?,
+        );
         // What the adapters read: the kept fields and the annotations.
         let (metadata, view) = job.into_view();
         let namespace = metadata.namespace.as_deref().unwrap_or_default();
@@ -100,11 +109,10 @@ impl JobRecord {
         let grouping = member_of(adapter, &metadata, &view, created_ms).map(Box::new);
         Some(Self {
             adapter,
-            unit: key(namespace, &unit_name),
+            unit,
             namespace: intern(namespace),
             name: metadata.name.unwrap_or_default(),
             uid: intern_uid(metadata.uid.as_deref().unwrap_or_default()),
-            unit_name,
             held: adapter.is_held(&view),
             state: adapter.state(&view),
             pod_group: adapter.pod_group(&view).map(Box::new),
@@ -121,6 +129,22 @@ impl JobRecord {
             _ => self.adapter.kind().kind,
         };
         JobKey::new(kind, &self.namespace, &self.name)
+    }
+
+    /// The name of its unit.
+    pub fn unit_name(&self) -> &str {
+        self.unit
+            .split_once('/')
+            .map_or(&*self.unit, |(_, name)| name)
+    }
+
+    /// Uses `shared`, the key of the controller's map of units, instead of
+    /// this record's copy when they are equal: 100,000 jobs otherwise keep
+    /// a second copy of each unit's key.
+    pub fn share_unit_key(&mut self, shared: &Key) {
+        if *shared == self.unit {
+            self.unit = shared.clone();
+        }
     }
 
     /// Whether this is a pod group member's record.

@@ -202,7 +202,7 @@ mod tests {
         let held = JobRecord::from_object(batch, job(true)).unwrap();
         assert!(held.held);
         assert_eq!(
-            (held.name.as_str(), &*held.uid, held.unit_name.as_str()),
+            (held.name.as_str(), &*held.uid, held.unit_name()),
             ("j", "u-1", "j-1")
         );
         let running = JobRecord::from_object(batch, job(false)).unwrap();

@@ -47,8 +47,9 @@ pub fn max_run_ms(max_run_seconds: Option<i64>, grace_seconds: i64) -> Option<i6
 pub struct UnitRecord {
     /// Namespace.
     pub namespace: Name,
-    /// Name.
-    pub name: String,
+    /// `namespace/name`: the controller's map of units is keyed by this
+    /// same copy, and the name is read from it ([`UnitRecord::name`]).
+    key: Key,
     /// resourceVersion of the observed object.
     pub resource_version: Option<u64>,
     /// Creation time, ms since the epoch.
@@ -70,9 +71,9 @@ pub struct UnitRecord {
     pub labels: Labels,
     /// Kind of the job.
     pub job_kind: Name,
-    /// Name of the job.
-    pub job_name: String,
-    /// Key of the job, made once: passes over every unit look it up.
+    /// Key of the job (`Kind/namespace/name`), made once: passes over every
+    /// unit look it up. The same copy as the key of the job's record
+    /// where the controller has both (see [`UnitRecord::share_job_key`]).
     job: JobKey,
     /// Uid of the job once adopted (owner reference).
     pub owner_uid: Option<Uid>,
@@ -148,7 +149,7 @@ impl UnitRecord {
             .position(|f| f == QUOTA_FINALIZER);
         let namespace = unit.metadata.namespace.as_deref().unwrap_or_default();
         let job_kind = spec.consumer_ref.kind.as_deref().unwrap_or_default();
-        let job_name = spec.consumer_ref.name.clone().unwrap_or_default();
+        let job_name = spec.consumer_ref.name.as_deref().unwrap_or_default();
         let consumer_uid = spec
             .consumer_ref
             .uid
@@ -156,9 +157,9 @@ impl UnitRecord {
             .filter(|u| !u.is_empty())
             .map(intern_uid);
         Self {
-            job: JobKey::new(job_kind, namespace, &job_name),
+            job: JobKey::new(job_kind, namespace, job_name),
+            key: key(namespace, &unit.name_any()),
             namespace: intern(namespace),
-            name: unit.name_any(),
             resource_version: rv_number(unit.metadata.resource_version.as_deref()),
             created_ms: unit
                 .metadata
@@ -176,7 +177,6 @@ impl UnitRecord {
             request,
             labels: Labels::from_map(labels),
             job_kind: intern(job_kind),
-            job_name,
             // A pod group's unit has no owner: adoption names the group's
             // uid in its consumerRef.
             owner_uid: if job_kind == jobs::pod_group::GROUP_KIND {
@@ -233,12 +233,40 @@ impl UnitRecord {
 
     /// Key of the unit.
     pub fn key(&self) -> Key {
-        key(&self.namespace, &self.name)
+        self.key.clone()
+    }
+
+    /// Name of the unit.
+    pub fn name(&self) -> &str {
+        split_name(&self.key)
+    }
+
+    /// Renames the unit (tests make many units from one record).
+    #[cfg(test)]
+    pub(crate) fn set_name(&mut self, name: &str) {
+        self.key = key(&self.namespace, name);
+    }
+
+    /// Uses `shared`, the same key held elsewhere (the controller's map of
+    /// units), instead of this record's copy: 100,000 units otherwise keep
+    /// two copies of each key.
+    pub fn share_key(&mut self, shared: &Key) {
+        if *shared == self.key {
+            self.key = shared.clone();
+        }
     }
 
     /// Key of the unit's job (kind-qualified).
     pub fn job_key(&self) -> JobKey {
         self.job.clone()
+    }
+
+    /// Uses `shared`, the key of the job's record, instead of this
+    /// record's copy when they are equal (see [`UnitRecord::share_key`]).
+    pub fn share_job_key(&mut self, shared: &JobKey) {
+        if *shared == self.job {
+            self.job = shared.clone();
+        }
     }
 
     /// The uids whose pods run on the unit's quota: its consumer's and its
@@ -257,6 +285,11 @@ impl UnitRecord {
     pub fn holds_quota(&self) -> bool {
         self.phase.is_some_and(QueueUnitPhase::holds_quota)
     }
+}
+
+/// The name in a `namespace/name` key.
+fn split_name(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(_, name)| name)
 }
 
 /// The longest termination grace period of `pod_sets`' pods, in seconds

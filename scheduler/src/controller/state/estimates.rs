@@ -220,7 +220,7 @@ fn job_of(
     let (run_ms, bounded_out) = Job::bounded(run_ms, r.max_run_ms);
     Job {
         namespace: r.namespace.clone(),
-        name: Box::from(r.name.as_str()),
+        name: Box::from(r.name()),
         quota: r.quota.clone(),
         queue: r.queue.clone(),
         priority: r.priority,

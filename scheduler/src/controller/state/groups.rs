@@ -43,7 +43,6 @@ impl Group {
             namespace: self.like.namespace.clone(),
             name: name.to_string(),
             uid: intern_uid(&pod_group::group_uid(&self.like.namespace, name)),
-            unit_name: self.like.unit_name.clone(),
             unit: self.like.unit.clone(),
             held: state.held,
             state: state.state,
@@ -184,7 +183,7 @@ mod tests {
         assert_eq!(key.to_string(), "PodGroup/ns/train");
         assert_eq!(rec.key(), key);
         assert_eq!(
-            (rec.name.as_str(), rec.unit_name.as_str()),
+            (rec.name.as_str(), rec.unit_name()),
             ("train", "train-group")
         );
         assert_eq!(&*rec.uid, "PodGroup/ns/train");

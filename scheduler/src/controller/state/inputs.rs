@@ -43,7 +43,14 @@ impl Controller {
 
     pub(super) fn on_unit(&mut self, change: Change<Box<UnitRecord>>) {
         match change {
-            Change::Applied(rec) => {
+            Change::Applied(mut rec) => {
+                // One copy of the unit's key and of its job's key for the
+                // map of units, the unit's record and the job's record (and
+                // the map of jobs): see `job_applied` for the other order.
+                if let Some((job_key, job)) = self.jobs.get_key_value(&rec.job_key()) {
+                    rec.share_job_key(job_key);
+                    rec.share_key(&job.unit);
+                }
                 let k = rec.key();
                 let uids = |r: &UnitRecord| -> Vec<Uid> { r.job_uids().cloned().collect() };
                 let mut reindex = None;
@@ -99,7 +106,7 @@ impl Controller {
         let Some(job) = self
             .jobs
             .get(&st.rec.job_key())
-            .filter(|j| j.unit_name == st.rec.name)
+            .filter(|j| j.unit_name() == st.rec.name())
         else {
             return;
         };
@@ -125,7 +132,7 @@ impl Controller {
         }
         self.event(&job_ref, true, "QueueUnitDeleted", format!(
             "QueueUnit {} was deleted: the job stays held and is not queued. Delete and re-create the job to queue it again",
-            st.rec.name
+            st.rec.name()
         ));
     }
 
@@ -157,7 +164,15 @@ impl Controller {
         }
     }
 
-    fn job_applied(&mut self, job_key: JobKey, rec: JobRecord) {
+    fn job_applied(&mut self, mut job_key: JobKey, mut rec: JobRecord) {
+        // One copy of each key, whichever came first (see `on_unit`).
+        if let Some((unit_key, st)) = self.units.get_key_value(&rec.unit) {
+            rec.share_unit_key(unit_key);
+            let unit_job = st.rec.job_key();
+            if unit_job == job_key {
+                job_key = unit_job;
+            }
+        }
         let unit = rec.unit.clone();
         self.index_job(&job_key, Some(&rec));
         self.jobs.insert(job_key, rec);

@@ -23,7 +23,7 @@ impl Controller {
         let job = self
             .jobs
             .get(&st.rec.job_key())
-            .filter(|j| j.unit_name == st.rec.name);
+            .filter(|j| j.unit_name() == st.rec.name());
         // The job's pod group is remembered: should the job be deleted
         // first, the group's pods still run on the unit's quota.
         if let Some(group) = job.and_then(group_of)
@@ -119,7 +119,7 @@ impl Controller {
         let job = self
             .jobs
             .get(&st.rec.job_key())
-            .filter(|j| j.unit_name == st.rec.name);
+            .filter(|j| j.unit_name() == st.rec.name());
         Some(UnitView {
             key: k,
             rec: &st.rec,
@@ -215,7 +215,7 @@ impl Controller {
             let Some(job) = self
                 .jobs
                 .get(&st.rec.job_key())
-                .filter(|j| j.unit_name == st.rec.name)
+                .filter(|j| j.unit_name() == st.rec.name())
             else {
                 continue;
             };

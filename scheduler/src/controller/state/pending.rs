@@ -155,10 +155,10 @@ impl Controller {
             .map(|(k, st)| (k, &**st))
             .collect();
         out.sort_by(|(_, a), (_, b)| {
-            (a.rec.created_ms, &a.rec.namespace, &a.rec.name).cmp(&(
+            (a.rec.created_ms, &a.rec.namespace, a.rec.name()).cmp(&(
                 b.rec.created_ms,
                 &b.rec.namespace,
-                &b.rec.name,
+                b.rec.name(),
             ))
         });
         let out_of_line = out.into_iter().map(|(k, _)| k.clone()).collect();
@@ -283,7 +283,7 @@ impl Controller {
         let created = rfc3339(rec.created_ms);
         PendingUnit {
             metadata: ItemMeta {
-                name: rec.name.clone(),
+                name: rec.name().to_string(),
                 namespace: Some(rec.namespace.to_string()),
                 creation_timestamp: Some(created.clone()),
             },

@@ -292,7 +292,7 @@ impl Controller {
         let job = self
             .jobs
             .get(&st.rec.job_key())
-            .filter(|j| j.unit_name == st.rec.name);
+            .filter(|j| j.unit_name() == st.rec.name());
         if !self.unit_pods_alive(st, job) {
             return false;
         }

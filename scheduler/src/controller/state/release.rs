@@ -51,7 +51,7 @@ impl Controller {
             let job = self
                 .jobs
                 .get(&st.rec.job_key())
-                .filter(|j| j.unit_name == st.rec.name);
+                .filter(|j| j.unit_name() == st.rec.name());
             // Its phase Enqueued, still waiting for a slot, is moot now.
             if job.is_some() {
                 st.withdraw();

@@ -37,7 +37,7 @@ impl Controller {
         let gone = not_listed(
             self.units
                 .values()
-                .map(|st| (st.rec.namespace.to_string(), st.rec.name.clone())),
+                .map(|st| (st.rec.namespace.to_string(), st.rec.name().to_string())),
             listed,
         );
         self.count_relist("queueunits", gone.len());

@@ -159,7 +159,7 @@ impl Controller {
             .filter(|(_, st)| {
                 self.jobs
                     .get(&st.rec.job_key())
-                    .is_none_or(|j| j.unit_name != st.rec.name)
+                    .is_none_or(|j| j.unit_name() != st.rec.name())
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -244,7 +244,7 @@ impl Controller {
             });
             self.event(&job_ref, true, "QueueUnitMissing", format!(
                 "QueueUnit {} does not exist: the job is held. Delete and re-create the job to queue it again",
-                job.unit_name
+                job.unit_name()
             ));
         }
         for job in to_create {
@@ -256,7 +256,7 @@ impl Controller {
             });
             self.event(&job_ref, true, "QueueUnitRecreated", format!(
                 "QueueUnit {} did not appear within {:?} of the job's admission: created from the job",
-                job.unit_name, self.settings.orphan_grace
+                job.unit_name(), self.settings.orphan_grace
             ));
         }
     }

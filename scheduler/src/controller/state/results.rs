@@ -297,7 +297,7 @@ impl Controller {
             let target = job.or_else(|| {
                 self.jobs
                     .get(&st.rec.job_key())
-                    .filter(|j| j.unit_name == st.rec.name)
+                    .filter(|j| j.unit_name() == st.rec.name())
                     .map(job_ref)
             });
             if let Some(job) = target {
@@ -369,7 +369,7 @@ impl Controller {
             if let Some(job) = self
                 .jobs
                 .get(&st.rec.job_key())
-                .filter(|j| j.unit_name == st.rec.name)
+                .filter(|j| j.unit_name() == st.rec.name())
             {
                 let job = job_ref(job);
                 match phase {

@@ -155,7 +155,7 @@ impl UnitState {
         let r = &self.rec;
         // Not RandomState: a fingerprint is only compared within this process.
         let mut h = std::hash::DefaultHasher::new();
-        (&r.namespace, &r.name, &r.queue, r.priority, r.created_ms).hash(&mut h);
+        (&r.namespace, r.name(), &r.queue, r.priority, r.created_ms).hash(&mut h);
         (&r.request, &r.quota, &r.labels).hash(&mut h);
         h.finish()
     }
@@ -164,7 +164,7 @@ impl UnitState {
         let r = &self.rec;
         UnitDef {
             namespace: r.namespace.to_string(),
-            name: r.name.clone(),
+            name: r.name().to_string(),
             queue: r.queue.to_string(),
             priority: r.priority,
             created_ms: r.created_ms,

@@ -159,7 +159,7 @@ impl Controller {
             let job = self
                 .jobs
                 .get(&st.rec.job_key())
-                .filter(|j| j.unit_name == st.rec.name)
+                .filter(|j| j.unit_name() == st.rec.name())
                 .map(job_ref);
             if event_due && let Some(job) = job {
                 st.last_waiting_event = Some(now);

@@ -510,3 +510,4 @@ mod pending;
 mod preemption;
 mod quota_held;
 mod repair;
+mod shared_keys;

@@ -20,7 +20,6 @@ fn an_adopted_unit_waits_before_its_phase_is_written_and_only_for_its_own_job() 
         namespace: "ns".into(),
         name: "j".into(),
         uid: uid.into(),
-        unit_name: "u".into(),
         unit: key("ns", "u"),
         held,
         state: JobState::Pending,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use koord_queue_api::queue_unit::QueueUnitPhase;
 
 use super::found_reserved;
-use crate::controller::records::{Key, key};
+use crate::controller::records::Key;
 use crate::controller::state::UnitState;
 use crate::controller::state::visibility::{
     Publish, PublishCause, ReasonScan, VisibilityGate, scan_reasons,
@@ -35,9 +35,9 @@ fn waiting_units() -> (Core, HashMap<Key, Box<UnitState>>) {
             .created_at(i);
         core.upsert_unit(&def).expect("a valid unit");
         let mut st = found_reserved();
-        st.rec.name = name;
+        st.rec.set_name(&name);
         st.rec.phase = Some(QueueUnitPhase::Enqueued);
-        units.insert(key("ns", &st.rec.name), Box::new(st));
+        units.insert(st.rec.key(), Box::new(st));
     }
     let out = core.run_cycle();
     for d in &out.decisions {
