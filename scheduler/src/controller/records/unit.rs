@@ -93,9 +93,10 @@ pub struct UnitRecord {
     /// Sum of `status.admissions[].resources`: what the unit holds.
     pub held: Resources,
     /// `status.message`.
-    pub message: Option<String>,
-    /// `status.position` (no longer written; a stale one is cleared).
-    pub position: Option<i64>,
+    pub message: Option<Box<str>>,
+    /// Whether it has a `status.position`: no longer written, a stale one
+    /// is cleared.
+    pub stale_position: bool,
     /// Why it waits, as its QuotaReserved condition last said (a wait type
     /// of the visibility API): its status is written again only when that
     /// changes, not whenever its place or the figures move.
@@ -117,7 +118,7 @@ pub struct UnitRecord {
     /// Whether the unit is being deleted.
     pub deleting: bool,
     /// Whether `spec.resource` could not be read (the unit is then never released).
-    pub invalid: Option<String>,
+    pub invalid: Option<Box<str>>,
 }
 
 impl UnitRecord {
@@ -128,7 +129,7 @@ impl UnitRecord {
         let spec = &unit.spec;
         let (request, invalid) = match Resources::from_list(&spec.resource) {
             Ok(r) => (r, None),
-            Err(e) => (Resources::new(), Some(e.to_string())),
+            Err(e) => (Resources::new(), Some(e.to_string().into_boxed_str())),
         };
         let mut held = Resources::new();
         for admission in &status.admissions {
@@ -192,8 +193,8 @@ impl UnitRecord {
             finalizer_at: position.and_then(|i| u16::try_from(i).ok()),
             phase: status.phase,
             held,
-            message: status.message,
-            position: status.position,
+            message: status.message.map(String::into_boxed_str),
+            stale_position: status.position.is_some(),
             wait_reason: QueueUnitPhase::waiting_reason(&status.conditions).map(intern),
             attempts: status.attempts.unwrap_or(0),
             checks: status.admission_checks.clone(),

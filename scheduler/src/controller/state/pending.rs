@@ -212,9 +212,11 @@ impl Controller {
             (Some(r), _) => wait_view::view(r),
             // A standby runs no cycle: it gives the reason the leader
             // published in the unit's status.
-            (None, Some(kind)) => {
-                wait_view::outside_the_core(kind, st.rec.message.clone().unwrap_or_default(), None)
-            }
+            (None, Some(kind)) => wait_view::outside_the_core(
+                kind,
+                st.rec.message.as_deref().unwrap_or_default().to_string(),
+                None,
+            ),
             (None, None) => wait_view::outside_the_core(
                 WaitType::NotYetSeen,
                 "in line; no cycle has looked at it yet".into(),
@@ -228,7 +230,7 @@ impl Controller {
 
     fn out_of_line_item(&self, key: &str, st: &UnitState) -> PendingUnit {
         let rec = &st.rec;
-        let message = rec.message.clone().unwrap_or_default();
+        let message = rec.message.as_deref().unwrap_or_default().to_string();
         let reason = match rec.phase {
             // In the core, in a queue it does not serve: why, as it says.
             _ if st.member == Membership::Waiting
@@ -262,7 +264,7 @@ impl Controller {
             _ => wait_view::outside_the_core(
                 WaitType::NotYetSeen,
                 if rec.invalid.is_some() || !message.is_empty() {
-                    rec.invalid.clone().unwrap_or(message)
+                    rec.invalid.as_deref().map_or(message, str::to_string)
                 } else {
                     "not adopted yet: its job has not been seen naming it".into()
                 },

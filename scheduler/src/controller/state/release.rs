@@ -64,7 +64,6 @@ impl Controller {
             st.member = Membership::Holding;
             st.awaiting = true;
             st.releasing();
-            st.released_at = Some(self.now.at);
             let Some(view) = self.view(&k) else {
                 continue;
             };

@@ -58,9 +58,9 @@ impl Controller {
             } => {
                 st.publishing = false;
                 if ok_rv.is_some() {
-                    st.rec.position = None;
+                    st.rec.stale_position = false;
                     st.rec.wait_reason = Some(reason.into());
-                    st.rec.message = Some(message);
+                    st.rec.message = Some(message.into());
                     st.rec.estimated_start_ms = estimated_start;
                 }
                 return;
@@ -333,7 +333,7 @@ impl Controller {
             let waiting = reason.map(|r| format!("{r}: {message}"));
             if let Some(r) = reason {
                 st.rec.wait_reason = Some(r.into());
-                st.rec.message = Some(message);
+                st.rec.message = Some(message.into());
                 st.last_waiting_event = Some(self.now.at);
             }
             let queue = st.rec.queue.clone();

@@ -50,7 +50,6 @@ pub(super) struct UnitState {
     pub(super) unconfirmed: bool,
     pub(super) last_published: Option<Instant>,
     pub(super) last_waiting_event: Option<Instant>,
-    pub(super) released_at: Option<Instant>,
     /// Its pod group's (gated, released) members when more of them were
     /// last released (see `decide::members_to_release`).
     pub(super) members_released_at: Option<(usize, usize)>,
@@ -75,7 +74,6 @@ impl UnitState {
             unconfirmed: false,
             last_published: None,
             last_waiting_event: None,
-            released_at: None,
             members_released_at: None,
             pod_group: None,
         }
@@ -146,7 +144,7 @@ impl UnitState {
             // not be taken for suspended again.
             self.releasing();
         }
-        self.rec.position = None;
+        self.rec.stale_position = false;
     }
 
     /// Fingerprint of what [`UnitState::def`] would return.

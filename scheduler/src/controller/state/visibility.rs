@@ -319,7 +319,7 @@ pub(super) fn scan_reasons(
             let estimated_start = estimate(w.key);
             let cause = if st.rec.wait_reason.as_deref() != Some(kind) {
                 PublishCause::WaitType
-            } else if st.rec.position.is_some() {
+            } else if st.rec.stale_position {
                 PublishCause::Position
             } else if status_step(st.rec.estimated_start_ms, estimated_start, wall_ms) {
                 PublishCause::Estimate

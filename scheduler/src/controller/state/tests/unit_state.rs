@@ -30,3 +30,13 @@ fn a_unit_found_released_with_its_job_held_was_suspended_again() {
     st.release_written(QueueUnitPhase::Reserved, Some(&[]), Some(1), None, 0);
     assert!(!st.released_here);
 }
+
+#[test]
+fn a_units_state_fits_the_allocators_512_byte_class() {
+    // One box per unit, 100,000 units cached: the allocator's next class
+    // above 512 bytes is 640, 12.8 MB more at that scale (issue 43). A
+    // field added here should take room from another, or go in a box of
+    // its own if few units have it (as `pod_group` does).
+    let size = size_of::<super::UnitState>();
+    assert!(size <= 512, "UnitState is {size} bytes");
+}

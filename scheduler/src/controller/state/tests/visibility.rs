@@ -66,7 +66,7 @@ fn land(units: &mut HashMap<Key, Box<UnitState>>, writes: Vec<Publish>) {
     for w in writes {
         let st = units.get_mut(&w.unit).expect("a waiting unit");
         st.rec.wait_reason = Some(w.wait_type.into());
-        st.rec.message = Some(w.message);
+        st.rec.message = Some(w.message.into());
         st.rec.estimated_start_ms = w.estimated_start;
     }
 }
@@ -170,7 +170,7 @@ fn a_visibility_pass_writes_a_changed_wait_type_and_nothing_when_only_places_mov
 
     // A position written by an older version is cleared once.
     let stale = units.values_mut().next().expect("a waiting unit");
-    stale.rec.position = Some(7);
+    stale.rec.stale_position = true;
     let cleared = scan(&core, &units, now + interval * 3, interval, 200);
     assert_eq!(cleared.writes.len(), 1);
     assert_eq!(causes(&cleared.writes), [PublishCause::Position]);
