@@ -86,7 +86,7 @@ pub struct QueueRecord {
     /// Quota this queue was created for (label), if any.
     pub managed_for: Option<String>,
     /// Published status (to write only when it changes).
-    pub status: Option<koord_queue_api::QueueStatus>,
+    pub status: Option<PublishedQueueStatus>,
     /// Whether guaranteed units may reclaim borrowed quota.
     pub reclaim: bool,
     /// How units preempt inside the queue's quota.
@@ -104,6 +104,69 @@ pub struct QueueRecord {
     pub stop: koord_queue_api::queue::StopPolicy,
 }
 
+/// A Queue's status as last published, without its list of first waiting
+/// units: that list, up to 1,000 entries of two strings for each Queue (~9
+/// MB for 100,000 waiting units over 1,000 Queues), is only compared with
+/// the next one, so a digest of it is kept ([`DetailsDigest`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PublishedQueueStatus {
+    /// Digest of `queueItemDetails`.
+    pub details: u64,
+    /// `pending`.
+    pub pending: Option<i64>,
+    /// `admitted`.
+    pub admitted: Option<i64>,
+    /// `conditions`.
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}
+
+impl PublishedQueueStatus {
+    /// What is kept of `status`.
+    pub fn of(status: &koord_queue_api::QueueStatus) -> Self {
+        let mut details = DetailsDigest::default();
+        for (key, items) in &status.queue_item_details {
+            details.key(key);
+            for item in items {
+                details.item(&item.namespace, &item.name, item.priority, item.position);
+            }
+        }
+        Self {
+            details: details.finish(),
+            pending: status.pending,
+            admitted: status.admitted,
+            conditions: status.conditions.clone(),
+        }
+    }
+}
+
+/// A digest of `Queue.status.queueItemDetails`, fed its keys and entries in
+/// order: from the published object, or from the core's line without
+/// building the list. Two lists that differ share a digest with odds of
+/// 2^-64 — the Queue's informational status would then wait for the next
+/// change to be written.
+#[derive(Debug, Default)]
+pub struct DetailsDigest(std::hash::DefaultHasher);
+
+impl DetailsDigest {
+    /// A key of the map (`active`).
+    pub fn key(&mut self, key: &str) {
+        use std::hash::Hash as _;
+        (0u8, key).hash(&mut self.0);
+    }
+
+    /// An entry under the last key.
+    pub fn item(&mut self, namespace: &str, name: &str, priority: i32, position: i64) {
+        use std::hash::Hash as _;
+        (1u8, namespace, name, priority, position).hash(&mut self.0);
+    }
+
+    /// The digest.
+    pub fn finish(&self) -> u64 {
+        use std::hash::Hasher as _;
+        self.0.finish()
+    }
+}
+
 /// Label on Queues the scheduler keeps for an ElasticQuota.
 pub const QUEUE_FOR_QUOTA_LABEL: &str = "koord-queue/elastic-quota";
 
@@ -115,7 +178,7 @@ impl QueueRecord {
             priority: queue.spec.effective_priority(),
             policy: queue.spec.queue_policy,
             managed_for: queue.labels().get(QUEUE_FOR_QUOTA_LABEL).cloned(),
-            status: queue.status.clone(),
+            status: queue.status.as_ref().map(PublishedQueueStatus::of),
             reclaim: queue.spec.reclaim.unwrap_or(true),
             preemption: queue
                 .spec

@@ -7,7 +7,8 @@ mod job;
 mod unit;
 
 pub use cluster::{
-    NamespaceQuotaRecord, NodeRecord, QUEUE_FOR_QUOTA_LABEL, QueueRecord, QuotaRecord,
+    DetailsDigest, NamespaceQuotaRecord, NodeRecord, PublishedQueueStatus, QUEUE_FOR_QUOTA_LABEL,
+    QueueRecord, QuotaRecord,
 };
 pub use core_defs::{queue_for_quota, root_capacity};
 pub use job::{Grouping, JobKey, JobRecord, PodRecord};

@@ -10,6 +10,7 @@ use koord_queue_api::QueueStatus;
 use koord_queue_api::queue::{QueueItemDetail, StopPolicy};
 
 use super::{Controller, split_key};
+use crate::controller::records::{DetailsDigest, PublishedQueueStatus};
 use crate::controller::writes::Write;
 
 /// Condition type on the Queue of a quota whose children's guaranteed
@@ -24,6 +25,18 @@ pub const STOPPED: &str = "Stopped";
 pub(super) const QUEUE_DETAILS_LIMIT: usize = 1000;
 
 impl Controller {
+    /// The digest of the `queueItemDetails` Queue `name` would publish now
+    /// (see [`PublishedQueueStatus`]).
+    fn waiting_digest(&self, name: &str) -> u64 {
+        let mut digest = DetailsDigest::default();
+        digest.key("active");
+        for w in self.core.queue_waiting(name).take(QUEUE_DETAILS_LIMIT) {
+            let (ns, n) = split_key(w.key);
+            digest.item(ns, n, w.priority, position(w.position));
+        }
+        digest.finish()
+    }
+
     /// `Queue.status`: the first waiting units in order and the counts,
     /// written only when changed. Returns whether every Queue was compared
     /// (none left for a later pass).
@@ -50,25 +63,22 @@ impl Controller {
                 continue;
             }
             let counts = self.core.queue_counts(&name).unwrap_or_default();
+            let pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
+            let admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
+            let published = self.queues.get(&name).and_then(|q| q.status.as_ref());
             // Most passes change nothing: compare with the published status
-            // in place before building a new one (up to 1,000 entries of two
-            // strings for each of 1,000 queues, every pass).
-            if let Some(published) = self.queues.get(&name).and_then(|q| q.status.as_ref())
-                && published.pending == i64::try_from(counts.pending).ok()
-                && published.admitted == i64::try_from(counts.admitted).ok()
-                && published.queue_item_details.len() == 1
-                && details_match(
-                    published
-                        .queue_item_details
-                        .get("active")
-                        .map_or(&[], Vec::as_slice),
-                    self.core.queue_waiting(&name).take(QUEUE_DETAILS_LIMIT),
-                )
+            // before building a new one (up to 1,000 entries of two strings
+            // for each of 1,000 queues, every pass).
+            if let Some(published) = published
+                && published.pending == pending
+                && published.admitted == admitted
+                && published.details == self.waiting_digest(&name)
                 && self.queue_conditions(&name, &warnings, published.conditions.clone())
                     == published.conditions
             {
                 continue;
             }
+            let published_conditions = published.map(|p| p.conditions.clone()).unwrap_or_default();
             let details: Vec<QueueItemDetail> = self
                 .core
                 .queue_waiting(&name)
@@ -79,33 +89,26 @@ impl Controller {
                         name: n.to_string(),
                         namespace: ns.to_string(),
                         priority: w.priority,
-                        position: i64::try_from(w.position).unwrap_or(i64::MAX),
+                        position: position(w.position),
                     }
                 })
                 .collect();
-            let Some(mut status) = self
-                .queues
-                .get(&name)
-                .map(|q| q.status.clone().unwrap_or_default())
-            else {
-                continue;
+            let status = QueueStatus {
+                queue_item_details: BTreeMap::from([("active".to_string(), details)]),
+                pending,
+                admitted,
+                conditions: self.queue_conditions(&name, &warnings, published_conditions),
             };
-            let mut items = BTreeMap::new();
-            items.insert("active".to_string(), details);
-            status.queue_item_details = items;
-            status.pending = Some(i64::try_from(counts.pending).unwrap_or(i64::MAX));
-            status.admitted = Some(i64::try_from(counts.admitted).unwrap_or(i64::MAX));
-            let conditions = self.queue_conditions(&name, &warnings, status.conditions);
-            status.conditions = conditions;
             let Some(queue) = self.queues.get_mut(&name) else {
                 continue;
             };
-            if queue.status.as_ref() == Some(&status)
+            let kept = PublishedQueueStatus::of(&status);
+            if queue.status.as_ref() == Some(&kept)
                 || (queue.status.is_none() && status == empty_status())
             {
                 continue;
             }
-            queue.status = Some(status.clone());
+            queue.status = Some(kept);
             self.visibility.queue_status_sent(&name, now);
             self.writer.submit(Write::QueueStatus {
                 name,
@@ -216,25 +219,7 @@ pub(super) fn empty_status() -> QueueStatus {
     status
 }
 
-/// Whether `published` lists exactly the units of `waiting`, in order.
-pub(super) fn details_match<'a>(
-    published: &[QueueItemDetail],
-    waiting: impl Iterator<Item = crate::core::WaitingUnit<'a>>,
-) -> bool {
-    let mut n = 0;
-    for w in waiting {
-        let Some(p) = published.get(n) else {
-            return false;
-        };
-        let (ns, name) = split_key(w.key);
-        if p.name != name
-            || p.namespace != ns
-            || p.priority != w.priority
-            || usize::try_from(p.position).ok() != Some(w.position)
-        {
-            return false;
-        }
-        n += 1;
-    }
-    n == published.len()
+/// A 1-based place as `QueueItemDetail.position` has it.
+fn position(place: usize) -> i64 {
+    i64::try_from(place).unwrap_or(i64::MAX)
 }

@@ -508,6 +508,7 @@ mod given;
 mod history;
 mod pending;
 mod preemption;
+mod queue_status;
 mod quota_held;
 mod repair;
 mod shared_keys;
