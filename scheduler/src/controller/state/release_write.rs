@@ -173,3 +173,55 @@ pub(super) fn selector_matches(selector: Option<&LabelSelector>, labels: &Labels
     });
     match_labels && expressions
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use koord_queue_api::{QueueUnit, ResourceListExt as _, Resources};
+    use serde_json::json;
+
+    use super::admissions;
+    use crate::controller::records::UnitRecord;
+
+    fn unit(pod_sets: serde_json::Value) -> UnitRecord {
+        let unit: QueueUnit = serde_json::from_value(json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+            "metadata": { "name": "u", "namespace": "ns" },
+            "spec": { "consumerRef": { "apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                       "namespace": "ns" },
+                      "queue": "q", "resource": { "cpu": "5" }, "podSet": pod_sets },
+        }))
+        .unwrap();
+        UnitRecord::from_unit(unit)
+    }
+
+    fn set(name: &str, count: i32, cpu: &str) -> serde_json::Value {
+        json!({ "name": name, "count": count, "template": { "spec": { "containers": [
+            { "name": "c", "resources": { "requests": { "cpu": cpu } } }] } } })
+    }
+
+    fn cpu(admission: &koord_queue_api::queue_unit::Admission) -> i64 {
+        Resources::from_list(&admission.resources)
+            .unwrap()
+            .get("cpu")
+    }
+
+    #[test]
+    fn a_single_sets_admission_carries_the_total_and_several_sets_their_own() {
+        let total =
+            Resources::from_list(&serde_json::from_value(json!({ "cpu": "5" })).unwrap()).unwrap();
+        // One set: its resources are not kept; the admission has the total.
+        let one = unit(json!([set("main", 2, "2")]));
+        assert!(one.pod_sets[0].2.is_zero());
+        let a = admissions(&one, &total);
+        assert_eq!((a.len(), a[0].replicas, cpu(&a[0])), (1, 2, 5000));
+        // Two sets that add up: each its own.
+        let two = unit(json!([set("driver", 1, "1"), set("workers", 2, "2")]));
+        let a = admissions(&two, &total);
+        assert_eq!(a.iter().map(cpu).collect::<Vec<_>>(), [1000, 4000]);
+        // Two sets that do not: the first carries the total.
+        let off = unit(json!([set("driver", 1, "1"), set("workers", 1, "1")]));
+        let a = admissions(&off, &total);
+        assert_eq!(a.iter().map(cpu).collect::<Vec<_>>(), [5000, 0]);
+    }
+}
