@@ -6,7 +6,7 @@ use koord_queue_api::queue_unit::{Admission, AdmissionCheckState, QueueUnitPhase
 use super::backoff::{FAIR_SHARE, PREEMPTED, RECLAIMED, event_reason};
 use super::{Controller, Membership, core_step, job_ref, queue_of};
 use crate::controller::metrics::AttemptLabels;
-use crate::controller::records::{JobKey, Key, intern_uid};
+use crate::controller::records::{JobKey, Key, intern, intern_uid};
 use crate::controller::writes::{JobRef, Outcome, Write, Written};
 
 impl Controller {
@@ -60,7 +60,7 @@ impl Controller {
                 if ok_rv.is_some() {
                     st.rec.stale_position = false;
                     st.rec.wait_reason = Some(reason.into());
-                    st.rec.message = Some(message.into());
+                    st.rec.message = Some(intern(&message));
                     st.rec.estimated_start_ms = estimated_start;
                 }
                 return;
@@ -333,7 +333,7 @@ impl Controller {
             let waiting = reason.map(|r| format!("{r}: {message}"));
             if let Some(r) = reason {
                 st.rec.wait_reason = Some(r.into());
-                st.rec.message = Some(message.into());
+                st.rec.message = Some(intern(&message));
                 st.last_waiting_event = Some(self.now.at);
             }
             let queue = st.rec.queue.clone();
