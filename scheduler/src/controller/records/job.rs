@@ -7,7 +7,7 @@ use koord_queue_api::jobs::watched::WatchedJob;
 use koord_queue_api::jobs::{JobAdapter, JobState};
 use koord_queue_api::{Resources, jobs, keys};
 
-use super::{Key, Name, Uid, intern, intern_uid, key};
+use super::{Key, Name, Uid, intern, intern_uid, key, name_in};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use koord_queue_api::jobs::pod_group::{self, Member, Membership};
 
@@ -133,9 +133,7 @@ impl JobRecord {
 
     /// The name of its unit.
     pub fn unit_name(&self) -> &str {
-        self.unit
-            .split_once('/')
-            .map_or(&*self.unit, |(_, name)| name)
+        name_in(&self.unit)
     }
 
     /// Uses `shared`, the key of the controller's map of units, instead of

@@ -27,6 +27,12 @@ pub fn key(namespace: &str, name: &str) -> Key {
     Arc::from(format!("{namespace}/{name}"))
 }
 
+/// The name in a `namespace/name` key (records read names from their keys
+/// rather than keep them twice).
+pub fn name_in(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(_, name)| name)
+}
+
 /// A name that many records repeat: a namespace, queue, quota or job kind.
 /// 100,000 units name 50 namespaces and 1,000 queues; one shared copy of
 /// each saves a heap string per field and record (~15 MB at 100,000 units).

@@ -6,7 +6,7 @@ use koord_queue_api::queue_unit::QueueUnitPhase;
 use koord_queue_api::{QueueUnit, Resources, jobs, keys};
 use kube::ResourceExt as _;
 
-use super::{Key, Labels, Name, Uid, intern, intern_uid, job, key, rv_number};
+use super::{Key, Labels, Name, Uid, intern, intern_uid, job, key, name_in, rv_number};
 
 /// The finalizer the scheduler puts on a unit when it releases it, and
 /// takes off once the unit is deleted and no pod it paid for is alive.
@@ -245,7 +245,7 @@ impl UnitRecord {
 
     /// Name of the unit.
     pub fn name(&self) -> &str {
-        split_name(&self.key)
+        name_in(&self.key)
     }
 
     /// Renames the unit (tests make many units from one record).
@@ -292,11 +292,6 @@ impl UnitRecord {
     pub fn holds_quota(&self) -> bool {
         self.phase.is_some_and(QueueUnitPhase::holds_quota)
     }
-}
-
-/// The name in a `namespace/name` key.
-fn split_name(key: &str) -> &str {
-    key.split_once('/').map_or(key, |(_, name)| name)
 }
 
 /// The longest termination grace period of `pod_sets`' pods, in seconds
