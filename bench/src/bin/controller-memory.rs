@@ -11,6 +11,11 @@
 //! released unit stays as the write left it. The process's VmRSS is read
 //! once the controller has written nothing for `--quiet`.
 //!
+//! Where the memory goes: `cargo build --release -p koord-queue-bench --bin
+//! controller-memory --features system-alloc`, then `heaptrack
+//! controller-memory`; the process exits with its state alive, so the heap
+//! it "leaked" is the settled state by call site.
+//!
 //! This is a tool for looking, not the measure of issue 43's goal: that is
 //! `scheduler-memory` (`make bench-memory`), the real scheduler against a
 //! real API server, whose watches, writer and HTTP stacks add to this.
@@ -38,7 +43,10 @@ use koord_queue_tests::load;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-// The scheduler's allocator, so that the resident figure is comparable.
+// The scheduler's allocator, so that the resident figure is comparable;
+// `--features system-alloc` leaves the system's, which heap profilers such
+// as heaptrack follow (they see malloc, not mimalloc's own pages).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -272,12 +280,15 @@ async fn run(cli: Cli) -> Result<std::convert::Infallible> {
             break;
         }
         if fed.elapsed() >= cli.max_wait {
-            println!("not settled after {:.0} s", fed.elapsed().as_secs_f64());
+            println!(
+                "not settled after {:.0} s (--max-wait)",
+                fed.elapsed().as_secs_f64()
+            );
             break;
         }
     }
     println!(
-        "settled {:.1} s after the feed began, {} writes; VmRSS / VmHWM {:.1} / {:.1} MiB",
+        "at {:.1} s after the feed began, {} writes; VmRSS / VmHWM {:.1} / {:.1} MiB",
         fed.elapsed().as_secs_f64(),
         last.0,
         mib(status_kib("VmRSS")?),
