@@ -268,6 +268,11 @@ impl UnitRecord {
         self.job.clone()
     }
 
+    /// Key of the unit's job, to look it up without a copy.
+    pub fn job(&self) -> &JobKey {
+        &self.job
+    }
+
     /// Uses `shared`, the key of the job's record, instead of this
     /// record's copy when they are equal (see [`UnitRecord::share_key`]).
     pub fn share_job_key(&mut self, shared: &JobKey) {

@@ -47,7 +47,7 @@ impl Controller {
                 // One copy of the unit's key and of its job's key for the
                 // map of units, the unit's record and the job's record (and
                 // the map of jobs): see `job_applied` for the other order.
-                if let Some((job_key, job)) = self.jobs.get_key_value(&rec.job_key()) {
+                if let Some((job_key, job)) = self.jobs.get_key_value(rec.job()) {
                     rec.share_job_key(job_key);
                     rec.share_key(&job.unit);
                 }
@@ -103,11 +103,7 @@ impl Controller {
     /// A unit was deleted: if its job still lives, it stays held (and is held
     /// again if it ran), and an Event says why (architecture §3 rule 3).
     pub(super) fn on_unit_gone(&mut self, st: &UnitState) {
-        let Some(job) = self
-            .jobs
-            .get(&st.rec.job_key())
-            .filter(|j| j.unit_name() == st.rec.name())
-        else {
+        let Some(job) = super::unit_job(&self.jobs, &st.rec) else {
             return;
         };
         if job.is_group() && job.held {

@@ -20,10 +20,7 @@ impl Controller {
         let Some(st) = self.units.get_mut(k) else {
             return;
         };
-        let job = self
-            .jobs
-            .get(&st.rec.job_key())
-            .filter(|j| j.unit_name() == st.rec.name());
+        let job = super::unit_job(&self.jobs, &st.rec);
         // The job's pod group is remembered: should the job be deleted
         // first, the group's pods still run on the unit's quota.
         if let Some(group) = job.and_then(group_of)
@@ -116,10 +113,7 @@ impl Controller {
     /// What unit `k`'s next step is decided from.
     pub(super) fn view<'a>(&'a self, k: &'a Key) -> Option<UnitView<'a>> {
         let st = self.units.get(k)?;
-        let job = self
-            .jobs
-            .get(&st.rec.job_key())
-            .filter(|j| j.unit_name() == st.rec.name());
+        let job = super::unit_job(&self.jobs, &st.rec);
         Some(UnitView {
             key: k,
             rec: &st.rec,
@@ -212,11 +206,7 @@ impl Controller {
             if st.awaiting || st.rec.phase.is_some() {
                 continue;
             }
-            let Some(job) = self
-                .jobs
-                .get(&st.rec.job_key())
-                .filter(|j| j.unit_name() == st.rec.name())
-            else {
+            let Some(job) = super::unit_job(&self.jobs, &st.rec) else {
                 continue;
             };
             // An incomplete pod group waits outside the core (it reserves

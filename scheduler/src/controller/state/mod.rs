@@ -139,6 +139,12 @@ impl std::fmt::Debug for Controller {
     }
 }
 
+/// The job of unit `rec`: the job its consumer names, if that job names
+/// this unit back (a re-created job may name another).
+fn unit_job<'a>(jobs: &'a HashMap<JobKey, JobRecord>, rec: &UnitRecord) -> Option<&'a JobRecord> {
+    jobs.get(rec.job()).filter(|j| j.unit_name() == rec.name())
+}
+
 fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
 }

@@ -289,10 +289,7 @@ impl Controller {
     /// paid for still run, it keeps its quota until they are gone. True if
     /// it lingers.
     pub(super) fn linger(&mut self, k: &Key, st: &UnitState) -> bool {
-        let job = self
-            .jobs
-            .get(&st.rec.job_key())
-            .filter(|j| j.unit_name() == st.rec.name());
+        let job = super::unit_job(&self.jobs, &st.rec);
         if !self.unit_pods_alive(st, job) {
             return false;
         }

@@ -48,10 +48,7 @@ impl Controller {
                 core_step("unreserve", &k, self.core.unreserve(&k));
                 continue;
             };
-            let job = self
-                .jobs
-                .get(&st.rec.job_key())
-                .filter(|j| j.unit_name() == st.rec.name());
+            let job = super::unit_job(&self.jobs, &st.rec);
             // Its phase Enqueued, still waiting for a slot, is moot now.
             if job.is_some() {
                 st.withdraw();

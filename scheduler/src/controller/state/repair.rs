@@ -156,11 +156,7 @@ impl Controller {
             .filter(|(_, st)| st.rec.phase.is_none() && !st.awaiting && !st.rec.deleting)
             .filter(|(_, st)| !kind_unseen(&self.failing_kinds, &st.rec))
             .filter(|(_, st)| now_ms - st.rec.created_ms > grace_ms)
-            .filter(|(_, st)| {
-                self.jobs
-                    .get(&st.rec.job_key())
-                    .is_none_or(|j| j.unit_name() != st.rec.name())
-            })
+            .filter(|(_, st)| super::unit_job(&self.jobs, &st.rec).is_none())
             .map(|(k, _)| k.clone())
             .collect();
         for k in orphans {

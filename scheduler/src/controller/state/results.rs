@@ -294,12 +294,7 @@ impl Controller {
                 j.held = true;
             }
             let event_reason = event_reason(reason);
-            let target = job.or_else(|| {
-                self.jobs
-                    .get(&st.rec.job_key())
-                    .filter(|j| j.unit_name() == st.rec.name())
-                    .map(job_ref)
-            });
+            let target = job.or_else(|| super::unit_job(&self.jobs, &st.rec).map(job_ref));
             if let Some(job) = target {
                 self.event(&job, true, event_reason, message);
             }
@@ -366,11 +361,7 @@ impl Controller {
             if freed {
                 st.rec.held = Resources::new();
             }
-            if let Some(job) = self
-                .jobs
-                .get(&st.rec.job_key())
-                .filter(|j| j.unit_name() == st.rec.name())
-            {
+            if let Some(job) = super::unit_job(&self.jobs, &st.rec) {
                 let job = job_ref(job);
                 match phase {
                     QueueUnitPhase::Succeed | QueueUnitPhase::Failed => {

@@ -156,11 +156,7 @@ impl Controller {
             let event_due = st
                 .last_waiting_event
                 .is_none_or(|t| now.duration_since(t) >= WAITING_EVENT_INTERVAL);
-            let job = self
-                .jobs
-                .get(&st.rec.job_key())
-                .filter(|j| j.unit_name() == st.rec.name())
-                .map(job_ref);
+            let job = super::unit_job(&self.jobs, &st.rec).map(job_ref);
             if event_due && let Some(job) = job {
                 st.last_waiting_event = Some(now);
                 self.event(&job, false, "Waiting", format!("{reason}: {message}"));
